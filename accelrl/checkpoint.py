@@ -1,0 +1,163 @@
+"""Crash-safe checkpoints: atomic writes, keep-last-K retention, corrupt-file fallback, RNG state.
+
+Checkpoints live in ``run_dir/checkpoints/ckpt_{frames:012d}.pt``. A checkpoint is either the
+complete old file or the complete new one, never a mix: it is written to a temp file in the same
+folder, fsynced, renamed over the final name and the folder is fsynced. Only one process (rank 0)
+should save into a run folder, because a save removes temp files left by killed saves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import re
+import tempfile
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+_NAME = re.compile(r"^ckpt_(\d+)\.pt$")
+_TMP_PREFIX = ".ckpt_"
+_TMP_SUFFIX = ".tmp"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written; the message names the file and the cause."""
+
+
+def _ckpt_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def _fsync_dir(path: Path) -> None:
+    # Makes the rename durable; some platforms/file systems cannot open or fsync a folder.
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(
+    run_dir: str | Path, state: Mapping[str, Any], frames: int, *, keep: int = 3
+) -> Path:
+    """Write ``state`` (plus ``"frames"``) to run_dir/checkpoints/ckpt_{frames:012d}.pt atomically
+    and delete all but the newest ``keep`` checkpoints; returns the path written.
+
+    On failure (e.g. ENOSPC) the temp file is removed, previous checkpoints stay intact and
+    ``CheckpointError`` is raised naming the path and the cause.
+    """
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    folder = _ckpt_dir(run_dir)
+    path = folder / f"ckpt_{int(frames):012d}.pt"
+    payload = {**state, "frames": int(frames)}
+    tmp: str | None = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX)
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(payload, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        tmp = None
+        _fsync_dir(folder)
+    except BaseException as e:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if isinstance(e, Exception):
+            raise CheckpointError(f"could not write checkpoint {path}: {e!r}") from e
+        raise
+    _prune(folder, keep, path)
+    return path
+
+
+def _prune(folder: Path, keep: int, written: Path) -> None:
+    stale = list_checkpoints(folder.parent)[:-keep]
+    stale += [p for p in folder.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}")]
+    for p in stale:
+        if p == written:
+            continue
+        try:
+            p.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            # The new checkpoint is safe; a leftover old one only costs disk space.
+            warnings.warn(f"could not delete old checkpoint {p}: {e!r}", stacklevel=3)
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Checkpoint files of ``run_dir``, oldest to newest by the frame count in their name."""
+    folder = _ckpt_dir(run_dir)
+    if not folder.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def load_latest(
+    run_dir: str | Path, *, map_location: str | torch.device = "cpu"
+) -> tuple[dict, Path] | None:
+    """Newest loadable checkpoint as ``(state, path)``; None if there is none.
+
+    A truncated or corrupt file (or one that is not a dict with ``"frames"``) is skipped with a
+    ``warnings.warn`` naming the bad file and the one used instead.
+    """
+    bad: list[str] = []
+    for path in reversed(list_checkpoints(run_dir)):
+        try:
+            state = torch.load(path, map_location=map_location, weights_only=False)
+        except Exception as e:
+            bad.append(f"{path} ({type(e).__name__}: {e})")
+            continue
+        if not isinstance(state, dict) or "frames" not in state:
+            bad.append(f"{path} (not a checkpoint dict with 'frames')")
+            continue
+        if bad:
+            warnings.warn(
+                f"skipped unreadable checkpoint(s) {'; '.join(bad)}; using {path}", stacklevel=2
+            )
+        return state, path
+    if bad:
+        warnings.warn(
+            f"no loadable checkpoint: skipped {'; '.join(bad)}; starting fresh", stacklevel=2
+        )
+    return None
+
+
+def capture_rng() -> dict:
+    """States of Python ``random``, NumPy's global RNG, torch CPU and every CUDA device."""
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
+
+
+def restore_rng(state: dict) -> None:
+    """Restore the generators saved by ``capture_rng``; returns nothing.
+
+    CUDA states are restored for the devices present in both runs, so resuming on fewer GPUs
+    still works (with different draws on the missing devices).
+    """
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"].cpu())
+    cuda = state.get("cuda")
+    if cuda is not None and torch.cuda.is_available():
+        for device, s in enumerate(cuda[: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(s.cpu(), device)

@@ -1,0 +1,216 @@
+"""Typed configs shared by every recipe, and their validation.
+
+Recipes compose these sections into one ``Config`` dataclass; tyro turns it into nested CLI flags
+(``--env.game Pong --env.num-envs 16 --total-frames 10_000_000``). ``validate`` runs before any
+worker or simulator starts and raises ``ConfigError`` naming the field, the value and what is
+allowed; ``accelrl.cli.run`` turns that into one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message names field, value and what is allowed."""
+
+    def __init__(self, name: str, value: Any, allowed: str) -> None:
+        self.name, self.value, self.allowed = name, value, allowed
+        super().__init__(f"invalid --{name.replace('_', '-')}={value!r}: {allowed}")
+
+
+@dataclass
+class EnvConfig:
+    """Which simulators to run and how their frames are preprocessed."""
+
+    game: str = "Pong"
+    """Atari game (Pong, Breakout, SpaceInvaders, ALE/Pong-v5 ...) or a gymnasium id for vector
+    observations (CartPole-v1, Acrobot-v1, ...)."""
+    num_envs: int = 8
+    """Simulators stepped together by each collector worker."""
+    backend: Literal["ale_vec", "gym"] = "ale_vec"
+    """ale_vec: ale-py's C++ multithreaded vector env (fast). gym: gymnasium envs with TorchRL
+    transforms inside ParallelEnv workers (for custom transforms)."""
+    async_batch_size: int = 0
+    """ale_vec only: 0 steps all simulators together; 0 < k < num_envs returns the first k to
+    finish each step (ale-py's async mode)."""
+    frameskip: int = 4
+    """Emulator frames per agent step (max-pooled over the last two)."""
+    frame_stack: int = 4
+    screen_size: int = 84
+    noop_max: int = 30
+    """Up to this many no-op actions at the start of each episode."""
+    sticky_actions: float = 0.25
+    """Probability of repeating the previous action (ALE v5: 0.25; the paper's setting: 0)."""
+    max_episode_frames: int = 108_000
+    """Emulator frames after which an episode is truncated (30 minutes of play)."""
+    fire_reset: bool = True
+    """Press FIRE after reset in games that need it to start."""
+
+
+@dataclass
+class ThreadsConfig:
+    """CPU threads for every process; 0 means derived from the core count (logged at start)."""
+
+    torch_threads: int = 0
+    """torch intra-op threads in the learner and in each collector worker."""
+    sim_threads: int = 0
+    """C++ threads stepping the simulators of one ale_vec env."""
+
+
+@dataclass
+class CollectorConfig:
+    """How experience is gathered: processes, batch layout and devices."""
+
+    num_workers: int = 0
+    """0 collects in the learner process; N >= 1 runs N worker processes (MultiSyncCollector),
+    each with its own num_envs simulators and policy copy."""
+    frames_per_batch: int = 1024
+    """Agent steps per batch over all workers and envs (TorchRL's frames_per_batch); must be a
+    multiple of num_envs x max(1, num_workers)."""
+    env_device: str = "cpu"
+    policy_device: str = "auto"
+    """Where each worker runs inference; auto: cuda when available and the learner is on cuda."""
+    storing_device: str = "auto"
+    """Where batches are assembled; auto: the learner's device."""
+
+
+@dataclass
+class ModelConfig:
+    mlp_hidden: tuple[int, ...] = (64, 64)
+    """Hidden sizes of the MLP used for vector observations (Atari uses the Nature CNN)."""
+
+
+@dataclass
+class LogConfig:
+    progress: bool = True
+    """Show a progress bar with frames, frames/s, episode return and ETA."""
+    tensorboard: bool = True
+    eval_every_frames: int = 0
+    """Emulator frames between evaluations (0: only at the end, 0 episodes disables)."""
+    eval_episodes: int = 4
+    """Episodes per evaluation, run greedy and sampled each."""
+    checkpoint_every_frames: int = 1_000_000
+    """Emulator frames between checkpoints (a final one is always written)."""
+    keep_checkpoints: int = 3
+
+
+def cpu_count() -> int:
+    """Cores this process may use (respects affinity masks set by SLURM or taskset)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when available else ``cpu``; other values pass through."""
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def check_positive(name: str, value: int | float, *, zero_ok: bool = False) -> None:
+    ok = value >= 0 if zero_ok else value > 0
+    if not ok:
+        raise ConfigError(name, value, "must be >= 0" if zero_ok else "must be > 0")
+
+
+def check_device(name: str, value: str, *, auto_ok: bool = True) -> None:
+    import torch
+
+    if auto_ok and value == "auto":
+        return
+    try:
+        dev = torch.device(value)
+    except (RuntimeError, ValueError):
+        raise ConfigError(name, value, "must be auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(name, value, "CUDA is not available on this machine; use cpu or auto")
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(name, value, "must be auto, cpu, cuda or cuda:N")
+
+
+def validate_env(env: EnvConfig, prefix: str = "env") -> None:
+    from accelrl.envs import is_atari
+
+    if env.backend not in ("ale_vec", "gym"):
+        raise ConfigError(f"{prefix}.backend", env.backend, "must be ale_vec or gym")
+    check_positive(f"{prefix}.num_envs", env.num_envs)
+    if not is_atari(env.game):
+        import gymnasium as gym
+
+        if env.game not in gym.registry:
+            from accelrl.envs.games import rom_id
+
+            try:
+                rom_id(env.game)
+            except ValueError as err:
+                raise ConfigError(
+                    f"{prefix}.game", env.game, str(err).split(": ", 1)[-1]
+                ) from None
+        return
+    if not 0 <= env.async_batch_size < env.num_envs and env.async_batch_size != 0:
+        raise ConfigError(
+            f"{prefix}.async_batch_size",
+            env.async_batch_size,
+            f"must be 0 (sync) or between 1 and num_envs-1={env.num_envs - 1}",
+        )
+    if env.async_batch_size and env.backend != "ale_vec":
+        raise ConfigError(f"{prefix}.async_batch_size", env.async_batch_size, "needs backend ale_vec")
+    check_positive(f"{prefix}.frameskip", env.frameskip)
+    check_positive(f"{prefix}.frame_stack", env.frame_stack)
+    if env.screen_size < 36:
+        raise ConfigError(f"{prefix}.screen_size", env.screen_size, "must be >= 36 for the CNN")
+    check_positive(f"{prefix}.noop_max", env.noop_max, zero_ok=True)
+    if not 0.0 <= env.sticky_actions <= 1.0:
+        raise ConfigError(f"{prefix}.sticky_actions", env.sticky_actions, "must be in [0, 1]")
+    check_positive(f"{prefix}.max_episode_frames", env.max_episode_frames)
+
+
+def validate_common(cfg: Any) -> None:
+    """Checks the sections every recipe shares (env, collector, threads, log, top-level)."""
+    validate_env(cfg.env)
+    check_positive("total_frames", cfg.total_frames)
+    check_device("device", cfg.device)
+    c = cfg.collector
+    check_positive("collector.num_workers", c.num_workers, zero_ok=True)
+    check_positive("collector.frames_per_batch", c.frames_per_batch)
+    envs = cfg.env.num_envs * max(1, c.num_workers)
+    if c.frames_per_batch % envs:
+        raise ConfigError(
+            "collector.frames_per_batch",
+            c.frames_per_batch,
+            f"must be a multiple of env.num_envs x max(1, collector.num_workers) = {envs}",
+        )
+    for name in ("env_device", "policy_device", "storing_device"):
+        check_device(f"collector.{name}", getattr(c, name))
+    check_positive("threads.torch_threads", cfg.threads.torch_threads, zero_ok=True)
+    check_positive("threads.sim_threads", cfg.threads.sim_threads, zero_ok=True)
+    check_positive("log.eval_every_frames", cfg.log.eval_every_frames, zero_ok=True)
+    check_positive("log.eval_episodes", cfg.log.eval_episodes, zero_ok=True)
+    check_positive("log.checkpoint_every_frames", cfg.log.checkpoint_every_frames)
+    check_positive("log.keep_checkpoints", cfg.log.keep_checkpoints)
+    if cfg.run_dir is not None and os.path.exists(cfg.run_dir) and not os.path.isdir(cfg.run_dir):
+        raise ConfigError("run_dir", cfg.run_dir, "is a file; give a folder path")
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """The config as plain JSON-able data (tuples become lists)."""
+    return dataclasses.asdict(cfg)
+
+
+__all__ = [
+    "CollectorConfig",
+    "ConfigError",
+    "EnvConfig",
+    "LogConfig",
+    "ModelConfig",
+    "ThreadsConfig",
+    "field",
+]

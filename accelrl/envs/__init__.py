@@ -1,0 +1,63 @@
+"""One factory for every env stack: Atari (ale_vec or gym backend) and vector-observation envs.
+
+Every env it returns is a batched TorchRL ``EnvBase`` with batch ``[num_envs]`` (``[k]`` in ale_vec
+async mode) on the CPU, and writes the same keys: the observation (``pixels`` uint8
+``[4, 84, 84]`` for Atari, ``observation`` float32 for vector envs), ``reward`` (clipped to its
+sign for Atari), ``score`` (unclipped), ``done``/``terminated``/``truncated``, ``life_lost`` (always
+False without lives), ``episode_return`` / ``episode_length`` (running, final on ``done``) and
+``env_id``.
+"""
+
+from __future__ import annotations
+
+from torchrl.envs import EnvBase
+
+from accelrl.config import EnvConfig
+from accelrl.envs.games import available_games, gym_id, rom_id
+
+
+def is_atari(game: str) -> bool:
+    """True for names ale-py knows (``Pong``, ``ALE/Pong-v5``), False for other gymnasium ids."""
+    try:
+        rom_id(game)
+    except ValueError:
+        return False
+    return True
+
+
+def make_env(cfg: EnvConfig, *, seed: int, sim_threads: int = 0) -> EnvBase:
+    """The batched env described by ``cfg``; simulators are seeded ``seed, seed + 1, ...``."""
+    if not is_atari(cfg.game):
+        from accelrl.envs.classic import make_vector_obs_env
+
+        return make_vector_obs_env(cfg.game, cfg.num_envs, seed=seed)
+    if cfg.backend == "gym":
+        from accelrl.envs.gym_atari import make_gym_atari_env
+
+        return make_gym_atari_env(cfg, seed=seed)
+    from accelrl.envs.ale_vec import AleVecEnv
+
+    env = AleVecEnv(
+        cfg.game,
+        cfg.num_envs,
+        batch_size=cfg.async_batch_size or None,
+        num_threads=sim_threads,
+        frameskip=cfg.frameskip,
+        frame_stack=cfg.frame_stack,
+        screen_size=cfg.screen_size,
+        noop_max=cfg.noop_max,
+        sticky_actions=cfg.sticky_actions,
+        max_episode_frames=cfg.max_episode_frames,
+        fire_reset=cfg.fire_reset,
+        seed=seed,
+    )
+    env.set_seed(seed)
+    return env
+
+
+def frames_per_step(cfg: EnvConfig) -> int:
+    """Emulator frames per agent step: the frameskip for Atari, 1 otherwise."""
+    return cfg.frameskip if is_atari(cfg.game) else 1
+
+
+__all__ = ["available_games", "frames_per_step", "gym_id", "is_atari", "make_env", "rom_id"]

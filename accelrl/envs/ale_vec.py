@@ -1,0 +1,103 @@
+"""ale-py's C++ multithreaded ``AtariVectorEnv`` as a batched TorchRL env (the default backend).
+
+Preprocessing runs in ale-py's C++ threads: frameskip with max-pool over the last two frames,
+grayscale, resize, frame stack, no-op starts, FIRE on reset, the frame cap, sticky actions.
+Rewards are clipped to their sign in ``reward`` while ``score`` keeps the game's reward; episodes
+end on game over and ``life_lost`` marks lost lives. See ``accelrl.envs.vector`` for the keys.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torchrl.data import Bounded
+
+from accelrl.envs.games import rom_id
+from accelrl.envs.vector import SameStepVectorEnv
+
+
+class AleVecEnv(SameStepVectorEnv):
+    """Batched TorchRL env over ``ale_py.vector_env.AtariVectorEnv``.
+
+    ``batch_size`` < ``num_envs`` selects ale-py's async mode: each step returns the first
+    ``batch_size`` simulators to finish, identified by ``env_id``, while the others keep running.
+    """
+
+    obs_key = "pixels"
+
+    def __init__(
+        self,
+        game: str,
+        num_envs: int,
+        *,
+        batch_size: int | None = None,
+        num_threads: int = 0,
+        frameskip: int = 4,
+        frame_stack: int = 4,
+        screen_size: int = 84,
+        noop_max: int = 30,
+        sticky_actions: float = 0.25,
+        max_episode_frames: int = 108_000,
+        fire_reset: bool = True,
+        full_action_space: bool = False,
+        seed: int = 0,
+    ) -> None:
+        from ale_py.vector_env import AtariVectorEnv
+
+        rows = batch_size or num_envs
+        self.game = game
+        self.frameskip = frameskip
+        self._vec = AtariVectorEnv(
+            rom_id(game),
+            num_envs,
+            batch_size=0 if rows == num_envs else rows,
+            num_threads=num_threads,
+            max_num_frames_per_episode=max_episode_frames,
+            repeat_action_probability=sticky_actions,
+            full_action_space=full_action_space,
+            autoreset_mode="SameStep",
+            img_height=screen_size,
+            img_width=screen_size,
+            grayscale=True,
+            stack_num=frame_stack,
+            frameskip=frameskip,
+            maxpool=True,
+            noop_max=noop_max,
+            episodic_life=False,
+            life_loss_info=False,
+            reward_clipping=False,
+            use_fire_reset=fire_reset,
+        )
+        # ale-py's Python ``send`` allocates this and re-checks the actions on every call.
+        self._paddle = np.ones(rows, dtype=np.float32)
+        pixels = Bounded(
+            0, 255, shape=(rows, frame_stack, screen_size, screen_size), dtype=torch.uint8
+        )
+        super().__init__(
+            num_envs=num_envs,
+            rows=rows,
+            obs_spec=pixels,
+            num_actions=int(self._vec.single_action_space.n),
+            clip_rewards=True,
+            seed=seed,
+        )
+
+    def _raw_reset(self, seeds):
+        # In async mode the reset returns the first ``batch_size`` simulators to be ready.
+        obs, info = self._vec.reset(seed=seeds)
+        return obs, info["env_id"], info["lives"]
+
+    def _raw_step(self, actions):
+        self._vec.ale.send(actions, self._paddle)
+        obs, reward, terminated, truncated, info = self._vec.ale.recv()
+        return obs, reward, terminated, truncated, info["env_id"], info["lives"], info
+
+    def _final_obs(self, obs, ended, info):
+        return np.where(ended[:, None, None, None], info["final_obs"], obs)
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        vec = self.__dict__.get("_vec")
+        if vec is not None:
+            vec.close()
+            self._vec = None
+        super().close(raise_if_closed=raise_if_closed)

@@ -1,0 +1,77 @@
+"""Vector-observation gymnasium envs (CartPole, Acrobot, ...) behind the same keys as Atari.
+
+They run in one process as a gymnasium ``SyncVectorEnv`` (these simulators cost microseconds a
+step, so worker processes would only add overhead) and serve fast learning tests.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+from torchrl.data import Unbounded
+
+from accelrl.envs.vector import SameStepVectorEnv
+
+
+class GymVectorEnv(SameStepVectorEnv):
+    """A batch of ``num_envs`` copies of a gymnasium env with Box observations and Discrete actions."""
+
+    obs_key = "observation"
+
+    def __init__(self, env_id: str, num_envs: int, *, seed: int = 0) -> None:
+        self.env_name = env_id
+        self._vec = gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        )
+        space = self._vec.single_observation_space
+        if not isinstance(self._vec.single_action_space, gym.spaces.Discrete):
+            raise ValueError(
+                f"env {env_id!r} has {self._vec.single_action_space}; accelrl's vector-observation "
+                "envs need Discrete actions"
+            )
+        if not isinstance(space, gym.spaces.Box):
+            raise ValueError(f"env {env_id!r} has observation space {space}; need a Box")
+        obs = Unbounded(shape=(num_envs, *space.shape), dtype=torch.float32)
+        super().__init__(
+            num_envs=num_envs,
+            rows=num_envs,
+            obs_spec=obs,
+            num_actions=int(self._vec.single_action_space.n),
+            clip_rewards=False,
+            seed=seed,
+        )
+        self._ids = np.arange(num_envs)
+
+    def _raw_reset(self, seeds):
+        obs, _ = self._vec.reset(seed=[int(s) for s in seeds])
+        return obs.astype(np.float32, copy=False), self._ids, None
+
+    def _raw_step(self, actions):
+        obs, reward, terminated, truncated, info = self._vec.step(actions)
+        return obs.astype(np.float32, copy=False), reward, terminated, truncated, self._ids, None, info
+
+    def _final_obs(self, obs, ended, info):
+        out = obs.copy()
+        out[ended] = np.stack(list(info["final_obs"][ended])).astype(np.float32, copy=False)
+        return out
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        vec = self.__dict__.get("_vec")
+        if vec is not None:
+            vec.close()
+            self._vec = None
+        super().close(raise_if_closed=raise_if_closed)
+
+
+def make_vector_obs_env(env_id: str, num_envs: int, *, seed: int) -> GymVectorEnv:
+    """A seeded ``GymVectorEnv``; raises ``ValueError`` for ids gymnasium does not know."""
+    if env_id not in gym.registry:
+        raise ValueError(f"unknown env {env_id!r}: not an Atari game and not a gymnasium id")
+    env = GymVectorEnv(env_id, num_envs, seed=seed)
+    env.set_seed(seed)
+    return env
