@@ -54,6 +54,9 @@ def save_checkpoint(
     """Write ``state`` (plus ``"frames"``) to run_dir/checkpoints/ckpt_{frames:012d}.pt atomically
     and delete all but the newest ``keep`` checkpoints; returns the path written.
 
+    Checkpoints with more frames than ``frames`` are deleted too: after a resume from an older
+    checkpoint they are corrupt or belong to the abandoned run, and must not be resumed from.
+
     On failure (e.g. ENOSPC) the temp file is removed, previous checkpoints stay intact and
     ``CheckpointError`` is raised naming the path and the cause.
     """
@@ -80,16 +83,18 @@ def save_checkpoint(
         if isinstance(e, Exception):
             raise CheckpointError(f"could not write checkpoint {path}: {e!r}") from e
         raise
-    _prune(folder, keep, path)
+    _prune(folder, keep, int(frames))
     return path
 
 
-def _prune(folder: Path, keep: int, written: Path) -> None:
-    stale = list_checkpoints(folder.parent)[:-keep]
-    stale += [p for p in folder.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}")]
-    for p in stale:
-        if p == written:
-            continue
+def _prune(folder: Path, keep: int, frames: int) -> None:
+    ckpts = _indexed(folder)
+    # Newer files can only be corrupt ones that load_latest skipped or ones from a timeline that
+    # was abandoned by resuming from an older checkpoint; either way a resume must not pick them.
+    newer = [p for f, p in ckpts if f > frames]
+    older = [p for f, p in ckpts if f <= frames][:-keep]
+    temps = list(folder.glob(f"{_TMP_PREFIX}*{_TMP_SUFFIX}"))
+    for p in newer + older + temps:
         try:
             p.unlink()
         except FileNotFoundError:
@@ -101,11 +106,13 @@ def _prune(folder: Path, keep: int, written: Path) -> None:
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
     """Checkpoint files of ``run_dir``, oldest to newest by the frame count in their name."""
-    folder = _ckpt_dir(run_dir)
+    return [p for _, p in _indexed(_ckpt_dir(run_dir))]
+
+
+def _indexed(folder: Path) -> list[tuple[int, Path]]:
     if not folder.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name))]
-    return [p for _, p in sorted(found)]
+    return sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name)))
 
 
 def load_latest(

@@ -263,7 +263,8 @@ class RunLogger:
         self._rate_mark = (frames, now)
         mean = self.mean_return()
         if self._bar is not None and not self._closed:
-            self._bar.set_postfix(ret=f"{mean:.1f}", fps=f"{self._fps:.0f}", refresh=False)
+            fps = "?" if math.isnan(self._fps) else tqdm.format_sizeof(self._fps)
+            self._bar.set_postfix({"ret": f"{mean:.1f}", "fps": fps}, refresh=False)
             self._bar.update(max(0, frames - self._bar.n))
         if not self._sinks():
             return

@@ -1,0 +1,212 @@
+"""The "gym" Atari backend: gymnasium ALE envs in TorchRL ``ParallelEnv`` worker processes.
+
+Slower than ``ale_vec`` (one process and one Python step loop per simulator) but an ordinary
+TorchRL env, so custom TorchRL transforms can be put on top of it or into the workers. Each worker
+runs one ``gymnasium.make("ALE/<Game>-v5", frameskip=1)`` env and does all preprocessing itself,
+with the same semantics as ale-py's C++ vector env behind ``ale_vec``:
+
+- at reset: FIRE for one emulator frame in games whose minimal action set has FIRE (when
+  ``fire_reset``), then ``U{0, noop_max - 1}`` no-op frames, one fewer if FIRE was pressed;
+- each agent step: the action for ``frameskip`` frames, max-pooled over the last two, grayscale and
+  resized to ``screen_size`` (INTER_AREA), by gymnasium's ``AtariPreprocessing`` (needs opencv);
+- a ``frame_stack`` of frames, zero-filled at reset;
+- truncation after ``max_episode_frames`` emulator frames counted from the end of the reset.
+
+The keys, shapes, dtypes and specs are those of ``accelrl.envs.ale_vec.AleVecEnv`` (see its
+module docstring), with batch ``[num_envs]``; ``env_id`` is the worker index and worker ``i`` is
+seeded ``seed + i`` (also after ``env.set_seed(seed)``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.wrappers import AtariPreprocessing
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Bounded, Categorical, Composite, Unbounded
+from torchrl.envs import EnvBase, ParallelEnv
+
+from accelrl.config import EnvConfig
+from accelrl.envs.games import gym_id
+
+
+def _ale_gym_env(cfg: EnvConfig):
+    """The gymnasium env of one worker: raw ALE at frameskip 1, reset and frame preprocessing."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+    env = gym.make(
+        gym_id(cfg.game),
+        frameskip=1,
+        obs_type="grayscale",  # unused (AtariPreprocessing reads the screen), cheaper than RGB
+        repeat_action_probability=cfg.sticky_actions,
+        full_action_space=False,
+        # The episode cap is counted by the worker from the end of the reset (as ale-py's vector
+        # env does); ALE's own cap, which also counts the reset frames, only backs it up.
+        max_num_frames_per_episode=cfg.max_episode_frames + cfg.noop_max + 1,
+        disable_env_checker=True,
+    )
+    env = _FireNoopReset(env, noop_max=cfg.noop_max, fire=cfg.fire_reset)
+    return AtariPreprocessing(
+        env,
+        noop_max=0,
+        frame_skip=cfg.frameskip,
+        screen_size=cfg.screen_size,
+        terminal_on_life_loss=False,
+        grayscale_obs=True,
+        scale_obs=False,
+    )
+
+
+class _FireNoopReset(gym.Wrapper):
+    """Resets as ale-py's vector env: FIRE for one frame, then ``U{0, noop_max - 1}`` no-op frames
+    (one fewer after FIRE). Sits below ``AtariPreprocessing``, which then reads the screen."""
+
+    def __init__(self, env: gym.Env, *, noop_max: int, fire: bool) -> None:
+        super().__init__(env)
+        self.noop_max = noop_max
+        meanings = env.unwrapped.get_action_meanings()
+        self.fire_action = meanings.index("FIRE") if fire and "FIRE" in meanings else None
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        rng = self.env.unwrapped.np_random
+        noops = int(rng.integers(0, self.noop_max)) if self.noop_max > 0 else 0
+        if self.fire_action is not None:
+            obs, _, _, _, info = self.env.step(self.fire_action)
+            noops -= 1
+        for _ in range(noops):
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+        return obs, info
+
+
+class AtariWorkerEnv(EnvBase):
+    """One preprocessed ALE simulator as an unbatched TorchRL env (what each worker runs)."""
+
+    def __init__(self, cfg: EnvConfig, *, worker_index: int = 0, seed: int = 0) -> None:
+        super().__init__(batch_size=torch.Size([]), device="cpu")
+        self.worker_index = worker_index
+        self.max_frames = cfg.max_episode_frames
+        self._env = _ale_gym_env(cfg)
+        self._ale = self._env.unwrapped.ale
+        self._pending_seed: int | None = seed + worker_index
+        self._stack = np.zeros((cfg.frame_stack, cfg.screen_size, cfg.screen_size), np.uint8)
+        self._lives = 0
+        self._frame0 = 0
+        self._ep_return = 0.0
+        self._ep_length = 0
+        self._env_id = torch.tensor([worker_index], dtype=torch.int64)
+        self.num_actions = int(self._env.action_space.n)
+        self._make_specs()
+
+    def _make_specs(self) -> None:
+        col = Unbounded(shape=(1,), dtype=torch.float32)
+        flag = Categorical(2, shape=(1,), dtype=torch.bool)
+        self.observation_spec = Composite(
+            pixels=Bounded(0, 255, shape=self._stack.shape, dtype=torch.uint8),
+            score=col.clone(),
+            life_lost=flag.clone(),
+            episode_return=col.clone(),
+            episode_length=Unbounded(shape=(1,), dtype=torch.int64),
+            env_id=Unbounded(shape=(1,), dtype=torch.int64),
+        )
+        self.action_spec = Categorical(self.num_actions, shape=(), dtype=torch.int64)
+        self.reward_spec = col.clone()
+        self.done_spec = Composite(
+            done=flag.clone(), terminated=flag.clone(), truncated=flag.clone()
+        )
+
+    def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:
+        # ParallelEnv hands every worker the seed the previous one returned: returning it
+        # unchanged gives worker i the seed ``seed + i``.
+        self._set_seed(None if seed is None else seed + self.worker_index)
+        return seed
+
+    def _set_seed(self, seed: int | None) -> None:
+        self._pending_seed = seed
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        obs, _ = self._env.reset(seed=self._pending_seed)
+        self._pending_seed = None
+        self._stack[:-1] = 0
+        self._stack[-1] = obs
+        self._lives = self._ale.lives()
+        self._frame0 = self._ale.getEpisodeFrameNumber()
+        self._ep_return = 0.0
+        self._ep_length = 0
+        false = torch.zeros(1, dtype=torch.bool)
+        return TensorDict(
+            {
+                "pixels": torch.from_numpy(self._stack.copy()),
+                "score": torch.zeros(1),
+                "life_lost": false,
+                "episode_return": torch.zeros(1),
+                "episode_length": torch.zeros(1, dtype=torch.int64),
+                "env_id": self._env_id.clone(),
+                "done": false.clone(),
+                "terminated": false.clone(),
+                "truncated": false.clone(),
+            },
+            batch_size=(),
+        )
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        obs, score, terminated, truncated, _ = self._env.step(int(tensordict.get("action")))
+        self._stack[:-1] = self._stack[1:]
+        self._stack[-1] = obs
+        lives = self._ale.lives()
+        frames = self._ale.getEpisodeFrameNumber() - self._frame0
+        truncated = not terminated and (truncated or frames >= self.max_frames)
+        done = terminated or truncated
+        life_lost = lives < self._lives and not done
+        self._lives = lives
+        self._ep_return += score
+        self._ep_length += 1
+        return TensorDict(
+            {
+                "pixels": torch.from_numpy(self._stack.copy()),
+                "reward": torch.tensor([np.sign(score)], dtype=torch.float32),
+                "score": torch.tensor([score], dtype=torch.float32),
+                "done": torch.tensor([done]),
+                "terminated": torch.tensor([bool(terminated)]),
+                "truncated": torch.tensor([truncated]),
+                "life_lost": torch.tensor([life_lost]),
+                "episode_return": torch.tensor([self._ep_return], dtype=torch.float32),
+                "episode_length": torch.tensor([self._ep_length], dtype=torch.int64),
+                "env_id": self._env_id.clone(),
+            },
+            batch_size=(),
+        )
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        env = self.__dict__.get("_env")
+        if env is not None:
+            env.close()
+            self._env = None
+        super().close(raise_if_closed=raise_if_closed)
+
+
+def make_worker_env(cfg: EnvConfig, *, seed: int, worker_index: int) -> AtariWorkerEnv:
+    """Picklable factory run in each ``ParallelEnv`` worker (and once in the parent for specs)."""
+    torch.set_num_threads(1)
+    return AtariWorkerEnv(cfg, worker_index=worker_index, seed=seed)
+
+
+def make_gym_atari_env(cfg: EnvConfig, *, seed: int) -> EnvBase:
+    """``ParallelEnv`` of ``cfg.num_envs`` preprocessed ALE workers, worker ``i`` seeded ``seed+i``.
+
+    Spawned workers need an ``if __name__ == "__main__":`` guard in scripts.
+    """
+    gym_id(cfg.game)  # unknown games fail here with a ValueError, before any process starts
+    return ParallelEnv(
+        cfg.num_envs,
+        functools.partial(make_worker_env, cfg, seed=seed),
+        create_env_kwargs=[{"worker_index": i} for i in range(cfg.num_envs)],
+        mp_start_method="spawn",
+        num_sub_threads=1,
+    )

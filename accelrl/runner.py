@@ -1,0 +1,273 @@
+"""The mechanics every recipe shares, one call each: run folder, seeds, threads, device, resume,
+episode bookkeeping, logging, evaluation and checkpoints.
+
+A recipe creates a ``Run`` from its validated config, ``attach``-es its model and learner (which
+resumes them when asked), then per batch calls ``collected(batch)`` and ``updated(metrics)``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+
+from accelrl.checkpoint import capture_rng, list_checkpoints, load_latest, restore_rng, save_checkpoint
+from accelrl.collect import ThreadPlan, plan_threads
+from accelrl.config import ConfigError, resolve_device, to_dict
+from accelrl.envs import frames_per_step, make_env
+from accelrl.evaluate import evaluate
+from accelrl.logging import RunLogger
+
+log = logging.getLogger("accelrl")
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+def default_run_dir(algo: str, game: str) -> Path:
+    name = game.replace("/", "_").replace("-v5", "")
+    return Path("runs") / f"{algo}-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def describe_env(env_cfg) -> dict[str, Any]:
+    """Observation key/shape and action count of the env a config describes (built briefly)."""
+    env = make_env(replace(env_cfg, num_envs=1, async_batch_size=0), seed=0, sim_threads=1)
+    try:
+        key = env.obs_key
+        return {
+            "obs_key": key,
+            "obs_shape": tuple(env.observation_spec[key].shape[1:]),
+            "num_actions": env.num_actions,
+        }
+    finally:
+        env.close()
+
+
+class Run:
+    """One training run: its folder, counters, logger and checkpoints."""
+
+    def __init__(self, cfg: Any, algo: str) -> None:
+        self.cfg = cfg
+        self.algo = algo
+        self.dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(algo, cfg.env.game)
+        self._check_resume_target()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.device = torch.device(resolve_device(cfg.device))
+        self.threads: ThreadPlan = plan_threads(cfg.threads, cfg.collector.num_workers)
+        torch.set_num_threads(self.threads.learner_torch)
+        self.frame_skip = frames_per_step(cfg.env)
+        self.frames = 0
+        self.updates = 0
+        self.components: dict[str, Stateful] = {}
+        self.policy: torch.nn.Module | None = None
+        self._write_config()
+        seed_everything(cfg.seed)
+        self._t_start = time.perf_counter()
+        self._frames_at_start = 0
+        self._t_batch = self._t_start
+        self._t_collect = 0.0
+        self._next_eval = cfg.log.eval_every_frames or None
+        self._next_ckpt = cfg.log.checkpoint_every_frames
+        self.logger: RunLogger | None = None
+        _setup_console_logging()
+        log.info("run dir %s, device %s, %s", self.dir, self.device, self.threads.describe())
+
+    def _check_resume_target(self) -> None:
+        cfg = self.cfg
+        if cfg.resume:
+            saved = self.dir / "config.json"
+            if not list_checkpoints(self.dir):
+                raise ConfigError("resume", True, f"no checkpoint in {self.dir} to resume from")
+            if saved.exists():
+                algo = json.loads(saved.read_text()).get("algo")
+                if algo != self.algo:
+                    raise ConfigError(
+                        "run_dir",
+                        str(self.dir),
+                        f"holds a {algo!r} run; cannot resume it with {self.algo!r}",
+                    )
+        elif list_checkpoints(self.dir):
+            raise ConfigError(
+                "run_dir",
+                str(self.dir),
+                "already holds checkpoints; pass --resume to continue it or pick a new --run-dir",
+            )
+
+    def _write_config(self) -> None:
+        data = {
+            "algo": self.algo,
+            "config": to_dict(self.cfg),
+            "resolved": {"device": str(self.device), "threads": vars(self.threads)},
+        }
+        tmp = self.dir / "config.json.tmp"
+        tmp.write_text(json.dumps(data, indent=2, default=str))
+        os.replace(tmp, self.dir / "config.json")
+
+    def attach(self, policy: torch.nn.Module, **components: Stateful) -> None:
+        """Register what checkpoints hold; with ``--resume`` load it all back from the latest."""
+        self.policy = policy
+        self.components = components
+        start = 0
+        if self.cfg.resume:
+            found = load_latest(self.dir, map_location=self.device)
+            if found is None:
+                raise ConfigError("resume", True, f"no loadable checkpoint in {self.dir}")
+            state, path = found
+            if state.get("algo") != self.algo:
+                raise ConfigError(
+                    "resume", True, f"{path} is a {state.get('algo')!r} checkpoint, not {self.algo!r}"
+                )
+            for name, comp in components.items():
+                try:
+                    comp.load_state_dict(state["components"][name])
+                except (KeyError, RuntimeError) as err:
+                    raise ConfigError(
+                        "resume", True, f"{path} does not fit this model/config ({name}: {err})"
+                    ) from None
+            self.frames, self.updates = int(state["frames"]), int(state["updates"])
+            restore_rng(state["rng"])
+            start = self.frames
+            log.info("resumed from %s at %d frames, %d updates", path, self.frames, self.updates)
+        self.logger = RunLogger(
+            self.dir,
+            total_frames=self.cfg.total_frames,
+            start_frames=start,
+            tensorboard=self.cfg.log.tensorboard,
+            progress=self.cfg.log.progress,
+        )
+        if self.cfg.resume:
+            self.logger.load_state_dict(state["logger"])
+        self._frames_at_start = self.frames
+        self._next_ckpt = (self.frames // self.cfg.log.checkpoint_every_frames + 1) * (
+            self.cfg.log.checkpoint_every_frames
+        )
+        if self._next_eval:
+            every = self.cfg.log.eval_every_frames
+            self._next_eval = (self.frames // every + 1) * every
+        self._t_start = self._t_batch = time.perf_counter()
+
+    @property
+    def collect_seed(self) -> int:
+        """Simulator seed for this (re)start: resumed runs play new episodes, not replays."""
+        return self.cfg.seed * 1_000_003 + self.updates * 7_919
+
+    @property
+    def progress(self) -> float:
+        return min(1.0, self.frames / self.cfg.total_frames)
+
+    @property
+    def done(self) -> bool:
+        return self.frames >= self.cfg.total_frames
+
+    def collected(self, batch: TensorDictBase) -> None:
+        """Count a new batch's frames and record the episodes that ended in it."""
+        now = time.perf_counter()
+        self._t_collect = now - self._t_batch
+        self._t_batch = now
+        self.frames += batch.numel() * self.frame_skip
+        nxt = batch.get("next")
+        done = nxt.get("done").squeeze(-1)
+        if done.any():
+            self.logger.episodes(
+                nxt.get("episode_return")[done].squeeze(-1).cpu(),
+                nxt.get("episode_length")[done].squeeze(-1).cpu(),
+                self.frames,
+            )
+
+    def updated(self, metrics: dict[str, float]) -> None:
+        """Log the update's metrics and timing, then evaluate and checkpoint when due."""
+        now = time.perf_counter()
+        t_update = now - self._t_batch
+        self._t_batch = now
+        self.updates += 1
+        elapsed = now - self._t_start
+        metrics = {
+            **metrics,
+            "perf/fps": (self.frames - self._frames_at_start) / max(elapsed, 1e-9),
+            "perf/collect_s": self._t_collect,
+            "perf/update_s": t_update,
+            "train/updates": self.updates,
+        }
+        self.logger.log(self.frames, metrics, step=self.updates)
+        if self._next_eval is not None and self.frames >= self._next_eval:
+            self.evaluate()
+            self._next_eval += self.cfg.log.eval_every_frames
+        if self.frames >= self._next_ckpt:
+            self.checkpoint()
+            while self._next_ckpt <= self.frames:
+                self._next_ckpt += self.cfg.log.checkpoint_every_frames
+        # Evaluation and checkpoints are not collection time.
+        self._t_batch = time.perf_counter()
+
+    def evaluate(self) -> dict[str, float]:
+        """Greedy and sampled evaluation episodes; logged under ``eval/``."""
+        if self.cfg.log.eval_episodes == 0 or self.policy is None:
+            return {}
+        result = evaluate(
+            self.cfg.env,
+            self.policy,
+            episodes=self.cfg.log.eval_episodes,
+            seed=self.cfg.seed + 10_000_019 + self.frames,
+            device=self.device,
+        )
+        self.logger.eval(self.frames, result)
+        return result
+
+    def checkpoint(self) -> Path:
+        state = {
+            "algo": self.algo,
+            "frames": self.frames,
+            "updates": self.updates,
+            "components": {name: comp.state_dict() for name, comp in self.components.items()},
+            "logger": self.logger.state_dict(),
+            "rng": capture_rng(),
+        }
+        return save_checkpoint(self.dir, state, self.frames, keep=self.cfg.log.keep_checkpoints)
+
+    def finish(self) -> dict[str, Any]:
+        """Final evaluation and checkpoint; returns the run's summary."""
+        elapsed = time.perf_counter() - self._t_start
+        evals = self.evaluate() if self.cfg.log.eval_episodes else {}
+        if not list_checkpoints(self.dir) or list_checkpoints(self.dir)[-1].stem != (
+            f"ckpt_{self.frames:012d}"
+        ):
+            self.checkpoint()
+        summary = {
+            "frames": self.frames,
+            "updates": self.updates,
+            "episodes": self.logger.episodes_seen,
+            "mean_return_100": self.logger.mean_return(100),
+            "fps": (self.frames - self._frames_at_start) / max(elapsed, 1e-9),
+            "run_dir": str(self.dir),
+            **evals,
+        }
+        (self.dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        self.logger.close()
+        return summary
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _setup_console_logging() -> None:
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[accelrl] %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
