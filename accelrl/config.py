@@ -151,9 +151,7 @@ def validate_env(env: EnvConfig, prefix: str = "env") -> None:
             try:
                 rom_id(env.game)
             except ValueError as err:
-                raise ConfigError(
-                    f"{prefix}.game", env.game, str(err).split(": ", 1)[-1]
-                ) from None
+                raise ConfigError(f"{prefix}.game", env.game, str(err).split(": ", 1)[-1]) from None
         return
     if not 0 <= env.async_batch_size < env.num_envs and env.async_batch_size != 0:
         raise ConfigError(
@@ -162,7 +160,9 @@ def validate_env(env: EnvConfig, prefix: str = "env") -> None:
             f"must be 0 (sync) or between 1 and num_envs-1={env.num_envs - 1}",
         )
     if env.async_batch_size and env.backend != "ale_vec":
-        raise ConfigError(f"{prefix}.async_batch_size", env.async_batch_size, "needs backend ale_vec")
+        raise ConfigError(
+            f"{prefix}.async_batch_size", env.async_batch_size, "needs backend ale_vec"
+        )
     check_positive(f"{prefix}.frameskip", env.frameskip)
     check_positive(f"{prefix}.frame_stack", env.frame_stack)
     if env.screen_size < 36:

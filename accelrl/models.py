@@ -98,7 +98,5 @@ def make_actor_critic(
         distribution_class=torch.distributions.Categorical,
         return_log_prob=True,
     )
-    critic = ValueOperator(
-        orthogonal_(nn.Linear(trunk.out_features, 1), 1.0), in_keys=["hidden"]
-    )
+    critic = ValueOperator(orthogonal_(nn.Linear(trunk.out_features, 1), 1.0), in_keys=["hidden"])
     return ActorValueOperator(common, actor, critic)

@@ -21,7 +21,13 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from accelrl.checkpoint import capture_rng, list_checkpoints, load_latest, restore_rng, save_checkpoint
+from accelrl.checkpoint import (
+    capture_rng,
+    list_checkpoints,
+    load_latest,
+    restore_rng,
+    save_checkpoint,
+)
 from accelrl.collect import ThreadPlan, plan_threads
 from accelrl.config import ConfigError, resolve_device, to_dict
 from accelrl.envs import frames_per_step, make_env
@@ -127,7 +133,9 @@ class Run:
             state, path = found
             if state.get("algo") != self.algo:
                 raise ConfigError(
-                    "resume", True, f"{path} is a {state.get('algo')!r} checkpoint, not {self.algo!r}"
+                    "resume",
+                    True,
+                    f"{path} is a {state.get('algo')!r} checkpoint, not {self.algo!r}",
                 )
             for name, comp in components.items():
                 try:

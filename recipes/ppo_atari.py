@@ -32,7 +32,9 @@ class Config:
 
     env: EnvConfig = field(default_factory=EnvConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
-    collector: CollectorConfig = field(default_factory=lambda: CollectorConfig(frames_per_batch=1024))
+    collector: CollectorConfig = field(
+        default_factory=lambda: CollectorConfig(frames_per_batch=1024)
+    )
     """Default batch: 8 envs x 128 steps."""
     model: ModelConfig = field(default_factory=ModelConfig)
     threads: ThreadsConfig = field(default_factory=ThreadsConfig)
@@ -62,11 +64,12 @@ def train(cfg: Config) -> dict:
     ppo = PPO(model, cfg.ppo, run.device)
     run.attach(policy=ppo.actor, ppo=ppo)
 
-    # N simulators per worker step together; one batched forward pass picks all their actions.
+    # N simulators per worker step together; one batched forward pass gives all their actions
+    # and state values.
     collector = make_collector(
         cfg.env,
         cfg.collector,
-        ppo.actor,
+        ppo.policy,
         seed=run.collect_seed,
         plan=run.threads,
         learner_device=str(run.device),

@@ -15,6 +15,7 @@ from torchrl.modules import ActorValueOperator
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
+from accelrl.algos.common import fill_values, mark_boundaries
 from accelrl.config import ConfigError, check_positive
 
 
@@ -63,28 +64,26 @@ def validate_ppo(cfg: PPOConfig, frames_per_batch: int, prefix: str = "ppo") -> 
         )
 
 
-def mark_boundaries(batch: TensorDictBase, life_loss: bool) -> None:
-    """Write ``("next", "gae_done")`` / ``("next", "gae_terminated")`` for the value estimator."""
-    nxt = batch.get("next")
-    done, terminated = nxt.get("done"), nxt.get("terminated")
-    if life_loss and "life_lost" in nxt.keys():
-        lost = nxt.get("life_lost")
-        done, terminated = done | lost, terminated | lost
-    nxt.set("gae_done", done)
-    nxt.set("gae_terminated", terminated)
-
-
 class PPO:
-    """Owns the loss, the advantage estimator and the optimizer; ``update`` runs one PPO phase."""
+    """Owns the loss, the advantage estimator and the optimizer; ``update`` runs one PPO phase.
+
+    Collect with ``self.policy`` (the full actor-critic: action, log-prob and state value in one
+    trunk pass); ``self.actor`` is the policy alone (evaluation).
+    """
 
     def __init__(self, model: ActorValueOperator, cfg: PPOConfig, device: torch.device) -> None:
         self.cfg = cfg
         self.device = device
+        self.policy = model
         self.actor = model.get_policy_operator()
         self.critic = model.get_value_operator()
+        # The loss gets the value *head* only: its actor pass writes the trunk's ``hidden``
+        # features into the minibatch and the head reads them, so the trunk runs once per
+        # minibatch instead of twice (the full critic would recompute it). Gradients of the
+        # value loss still reach the trunk through ``hidden``.
         self.loss = ClipPPOLoss(
             self.actor,
-            self.critic,
+            model.get_value_head(),
             clip_epsilon=cfg.clip_epsilon,
             entropy_coeff=cfg.entropy_coef,
             critic_coeff=cfg.value_coef,
@@ -92,12 +91,8 @@ class PPO:
             normalize_advantage=cfg.normalize_advantage,
             clip_value=cfg.clip_value,
         )
-        self.gae = GAE(
-            gamma=cfg.gamma,
-            lmbda=cfg.gae_lambda,
-            value_network=self.critic,
-            average_gae=False,
-        )
+        # Values come from collection (see ``fill_values``), so GAE runs no network itself.
+        self.gae = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=None, average_gae=False)
         self.gae.set_keys(done="gae_done", terminated="gae_terminated")
         self.optimizer = torch.optim.Adam(self.loss.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
 
@@ -117,8 +112,10 @@ class PPO:
         batch = batch.to(self.device)
         mark_boundaries(batch, self.cfg.life_loss_boundary)
         with torch.no_grad():
+            fill_values(batch, self.critic)
             self.gae(batch)
-        flat = batch.reshape(-1)
+        # Stale trunk features from collection and GAE: the loss recomputes them with grads.
+        flat = batch.exclude("hidden", ("next", "hidden")).reshape(-1)
         n = flat.numel()
         size = n // self.cfg.minibatches
         sums: dict[str, torch.Tensor] = {}

@@ -53,7 +53,15 @@ class GymVectorEnv(SameStepVectorEnv):
 
     def _raw_step(self, actions):
         obs, reward, terminated, truncated, info = self._vec.step(actions)
-        return obs.astype(np.float32, copy=False), reward, terminated, truncated, self._ids, None, info
+        return (
+            obs.astype(np.float32, copy=False),
+            reward,
+            terminated,
+            truncated,
+            self._ids,
+            None,
+            info,
+        )
 
     def _final_obs(self, obs, ended, info):
         out = obs.copy()

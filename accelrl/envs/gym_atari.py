@@ -191,6 +191,25 @@ class AtariWorkerEnv(EnvBase):
         super().close(raise_if_closed=raise_if_closed)
 
 
+class _AtariParallelEnv(ParallelEnv):
+    """``ParallelEnv`` that leaves the parent's torch thread count as it was: TorchRL lowers it
+    when the workers start and sets it again on close, which would undo ``ThreadsConfig``."""
+
+    def _start_workers(self) -> None:
+        threads = torch.get_num_threads()
+        try:
+            super()._start_workers()
+        finally:
+            torch.set_num_threads(threads)
+
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        threads = torch.get_num_threads()
+        try:
+            super().close(raise_if_closed=raise_if_closed)
+        finally:
+            torch.set_num_threads(threads)
+
+
 def make_worker_env(cfg: EnvConfig, *, seed: int, worker_index: int) -> AtariWorkerEnv:
     """Picklable factory run in each ``ParallelEnv`` worker (and once in the parent for specs)."""
     torch.set_num_threads(1)
@@ -203,10 +222,14 @@ def make_gym_atari_env(cfg: EnvConfig, *, seed: int) -> EnvBase:
     Spawned workers need an ``if __name__ == "__main__":`` guard in scripts.
     """
     gym_id(cfg.game)  # unknown games fail here with a ValueError, before any process starts
-    return ParallelEnv(
-        cfg.num_envs,
-        functools.partial(make_worker_env, cfg, seed=seed),
-        create_env_kwargs=[{"worker_index": i} for i in range(cfg.num_envs)],
-        mp_start_method="spawn",
-        num_sub_threads=1,
-    )
+    threads = torch.get_num_threads()  # the factory also runs here once, to read the specs
+    try:
+        return _AtariParallelEnv(
+            cfg.num_envs,
+            functools.partial(make_worker_env, cfg, seed=seed),
+            create_env_kwargs=[{"worker_index": i} for i in range(cfg.num_envs)],
+            mp_start_method="spawn",
+            num_sub_threads=1,
+        )
+    finally:
+        torch.set_num_threads(threads)

@@ -1,0 +1,46 @@
+"""Pieces shared by the on-policy update steps (PPO, A2C): bootstrap boundaries and values."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+
+def mark_boundaries(batch: TensorDictBase, life_loss: bool) -> None:
+    """Write ``("next", "gae_done")`` / ``("next", "gae_terminated")`` for value estimators.
+
+    A game over ends the episode; with ``life_loss`` a lost life also stops bootstrapping and
+    advantage propagation while the simulator plays on (as DeepMind's episodic-life setting).
+    A truncation (frame cap) is ``done`` but not ``terminated``: it bootstraps.
+    """
+    nxt = batch.get("next")
+    done, terminated = nxt.get("done"), nxt.get("terminated")
+    if life_loss and "life_lost" in nxt.keys():
+        lost = nxt.get("life_lost")
+        done, terminated = done | lost, terminated | lost
+    nxt.set("gae_done", done)
+    nxt.set("gae_terminated", terminated)
+
+
+@torch.no_grad()
+def fill_values(batch: TensorDictBase, critic: TensorDictModuleBase) -> None:
+    """Write ``state_value`` and ``("next", "state_value")`` for a ``[..., T]`` batch.
+
+    The policy used for collection computes ``state_value`` alongside the action (one trunk pass
+    per step), valid when the weights that acted are the learner's current ones (synchronous
+    collection). The next state's value is then the following step's value, except after an
+    episode end (autoreset: the next observation is the final one) and at the last step, where
+    the critic runs on those few next observations only. Without collected values the critic
+    runs on every root observation.
+    """
+    if "state_value" not in batch.keys():
+        batch.set("state_value", critic(batch.exclude("next").copy()).get("state_value"))
+    values = batch.get("state_value")
+    nxt = batch.get("next")
+    need = nxt.get("done").squeeze(-1).clone()
+    need[..., -1] = True
+    next_values = torch.roll(values, shifts=-1, dims=batch.ndim - 1).clone()
+    subset = nxt[need]
+    next_values[need] = critic(subset.exclude("state_value").copy()).get("state_value")
+    nxt.set("state_value", next_values)
