@@ -16,7 +16,7 @@ from accelrl.envs.vector import SameStepVectorEnv
 
 
 class GymVectorEnv(SameStepVectorEnv):
-    """A batch of ``num_envs`` copies of a gymnasium env with Box observations and Discrete actions."""
+    """``num_envs`` copies of a gymnasium env with Box observations and Discrete actions."""
 
     obs_key = "observation"
 
