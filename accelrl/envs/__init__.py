@@ -28,7 +28,12 @@ def is_atari(game: str) -> bool:
 def make_env(cfg: EnvConfig, *, seed: int, sim_threads: int = 0) -> EnvBase:
     """The batched env described by ``cfg``; simulators are seeded ``seed, seed + 1, ...``."""
     if not is_atari(cfg.game):
+        import gymnasium as gym
+
         from accelrl.envs.classic import make_vector_obs_env
+
+        if cfg.game not in gym.registry:
+            rom_id(cfg.game)  # raises ValueError naming the game, with close Atari names
 
         return make_vector_obs_env(cfg.game, cfg.num_envs, seed=seed)
     if cfg.backend == "gym":
