@@ -12,9 +12,9 @@ def test_torch_and_torchrl_versions_match():
 def test_torchrl_compiled_extension_loads():
     # With a mismatched torch (e.g. 2.13) the extension fails to load and prioritized replay
     # raises "SumSegmentTreeFp32 is not available" only when first used.
+    from tensordict import TensorDict
     from torchrl._torchrl import SumSegmentTreeFp32  # noqa: F401
     from torchrl.data import LazyTensorStorage, PrioritizedSampler, TensorDictReplayBuffer
-    from tensordict import TensorDict
 
     rb = TensorDictReplayBuffer(
         storage=LazyTensorStorage(16), sampler=PrioritizedSampler(16, alpha=0.6, beta=0.4)

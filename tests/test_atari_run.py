@@ -1,0 +1,88 @@
+"""A short Atari PPO run writes every run-dir artifact, resumes, and plots."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from accelrl.checkpoint import list_checkpoints
+from recipes.ppo_atari import Config, train
+
+
+def small_pong(run_dir, total_frames: int, resume: bool = False) -> Config:
+    cfg = Config(total_frames=total_frames, run_dir=str(run_dir), resume=resume)
+    cfg.env.num_envs = 4
+    cfg.collector.frames_per_batch = 256
+    cfg.ppo.minibatches = 2
+    cfg.ppo.epochs = 1
+    cfg.log.progress = False
+    cfg.log.eval_episodes = 1
+    cfg.log.eval_every_frames = 4096
+    cfg.log.checkpoint_every_frames = 4096
+    cfg.log.keep_checkpoints = 2
+    return cfg
+
+
+def read_rows(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.slow
+def test_pong_run_writes_artifacts_and_resumes(tmp_path):
+    run = tmp_path / "pong"
+    first = train(small_pong(run, 8192))
+    assert first["frames"] == 8192 and first["updates"] == 8
+    for name in ["config.json", "metrics.csv", "episodes.csv", "eval.csv", "summary.json"]:
+        assert (run / name).is_file(), name
+    assert list((run / "tb").glob("events.out.tfevents.*"))
+    assert json.loads((run / "config.json").read_text())["algo"] == "ppo"
+    assert [p.name for p in list_checkpoints(run)] == [
+        "ckpt_000000004096.pt",
+        "ckpt_000000008192.pt",
+    ]
+    rows = read_rows(run / "metrics.csv")
+    assert [int(r["frames"]) for r in rows] == [1024 * i for i in range(1, 9)]
+    for column in [
+        "loss/policy",
+        "loss/value",
+        "train/kl_approx",
+        "train/clip_fraction",
+        "train/entropy",
+        "train/explained_variance",
+        "train/lr",
+        "perf/fps",
+        "perf/collect_s",
+        "perf/update_s",
+    ]:
+        assert rows[-1][column] != "", column
+    evals = read_rows(run / "eval.csv")
+    assert {"eval/greedy_return", "eval/sampled_return"} <= set(evals[0])
+
+    second = train(small_pong(run, 12288, resume=True))
+    assert second["frames"] == 12288 and second["updates"] == 12
+    frames = [int(r["frames"]) for r in read_rows(run / "metrics.csv")]
+    assert frames == [1024 * i for i in range(1, 13)], "no duplicated or missing rows"
+    # The schedule is a function of frames / total_frames, so the resumed run (with a longer
+    # total) continues from the restored frame count, not from zero.
+    for row in read_rows(run / "metrics.csv"):
+        f = int(row["frames"])
+        total = 8192 if f <= 8192 else 12288
+        assert float(row["train/lr"]) == pytest.approx(2.5e-4 * (1 - f / total), abs=1e-9)
+
+    out = tmp_path / "curve.png"
+    subprocess.run(
+        [sys.executable, "-m", "accelrl.plot", str(run), "-o", str(out)], check=True, timeout=120
+    )
+    assert out.stat().st_size > 0
+
+
+def test_refuses_to_overwrite_a_run_with_checkpoints(tmp_path):
+    from accelrl.checkpoint import save_checkpoint
+    from accelrl.config import ConfigError
+
+    save_checkpoint(tmp_path, {"frames": 0}, 0)
+    with pytest.raises(ConfigError, match="--resume"):
+        train(small_pong(tmp_path, 1024))

@@ -1,0 +1,74 @@
+"""Collector factory: layouts, thread budget, and weight sync to worker processes."""
+
+import torch
+
+from accelrl.collect import make_collector, plan_threads
+from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig
+from accelrl.models import make_actor_critic
+
+
+def test_thread_plan_defaults_follow_core_count():
+    small = plan_threads(ThreadsConfig(), num_workers=0, cores=2)
+    assert (small.learner_torch, small.worker_torch, small.sim_threads) == (1, 1, 2)
+    big = plan_threads(ThreadsConfig(), num_workers=4, cores=64)
+    assert (big.learner_torch, big.worker_torch, big.sim_threads) == (16, 1, 16)
+    fixed = plan_threads(ThreadsConfig(torch_threads=3, sim_threads=5), num_workers=2, cores=64)
+    assert (fixed.learner_torch, fixed.worker_torch, fixed.sim_threads) == (3, 3, 5)
+
+
+def force_action(model, action: int) -> None:
+    head = model.get_policy_head().module[0].module
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.fill_(-50.0)
+        head.bias[action] = 50.0
+
+
+def test_workers_act_with_new_weights_after_sync():
+    env_cfg = EnvConfig(game="CartPole-v1", num_envs=4)
+    model = make_actor_critic("observation", (4,), 2)
+    collector = make_collector(
+        env_cfg,
+        CollectorConfig(num_workers=2, frames_per_batch=64),
+        model,
+        seed=0,
+        plan=plan_threads(ThreadsConfig(), 2),
+        learner_device="cpu",
+    )
+    try:
+        batches = iter(collector)
+        first = next(batches)
+        assert first.batch_size == (2, 4, 8)
+        assert set(first["action"].unique().tolist()) == {0, 1}
+        force_action(model, 1)
+        collector.update_policy_weights_()
+        next(batches)  # may have been collected before the sync
+        later = next(batches)
+        assert (later["action"] == 1).all()
+        force_action(model, 0)
+        collector.update_policy_weights_()
+        next(batches)
+        assert (next(batches)["action"] == 0).all()
+    finally:
+        collector.shutdown()
+
+
+def test_in_process_collector_layout_and_keys():
+    env_cfg = EnvConfig(game="Pong", num_envs=2)
+    model = make_actor_critic("pixels", (4, 84, 84), 6)
+    collector = make_collector(
+        env_cfg,
+        CollectorConfig(num_workers=0, frames_per_batch=16),
+        model,
+        seed=0,
+        plan=plan_threads(ThreadsConfig(), 0),
+        learner_device="cpu",
+    )
+    try:
+        batch = next(iter(collector))
+    finally:
+        collector.shutdown()
+    assert batch.batch_size == (2, 8)
+    assert batch["pixels"].dtype == torch.uint8
+    for key in ["action", "action_log_prob", "state_value", ("next", "reward"), ("next", "score")]:
+        assert key in batch.keys(True), key
