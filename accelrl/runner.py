@@ -49,7 +49,10 @@ def default_run_dir(algo: str, game: str) -> Path:
 
 def describe_env(env_cfg) -> dict[str, Any]:
     """Observation key/shape and action count of the env a config describes (built briefly)."""
-    env = make_env(replace(env_cfg, num_envs=1, async_batch_size=0), seed=0, sim_threads=1)
+    # Both Atari backends have the same specs; ale_vec builds in-process in milliseconds while the
+    # gym backend would spawn a worker just to report them.
+    probe = replace(env_cfg, num_envs=1, async_batch_size=0, backend="ale_vec")
+    env = make_env(probe, seed=0, sim_threads=1)
     try:
         key = env.obs_key
         return {

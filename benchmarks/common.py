@@ -78,8 +78,8 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A plain fixed-width table (right-aligned numbers)."""
 
     def fmt(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:,.2f}" if abs(v) < 100 else f"{v:,.0f}"
+        if isinstance(v, float):  # ratios get 3 decimals so that 0.897 does not print as 0.90
+            return f"{v:.3f}" if abs(v) < 10 else f"{v:,.1f}" if abs(v) < 100 else f"{v:,.0f}"
         if isinstance(v, int):
             return f"{v:,}"
         return str(v)

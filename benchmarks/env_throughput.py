@@ -8,7 +8,7 @@ pre-generated random actions, in interleaved rounds within one process:
 - accelrl: ``AleVecEnv.step_and_maybe_reset(td)``, the call TorchRL collectors make;
 - generic: ``torchrl.envs.GymWrapper(AtariVectorEnv(...))`` stepped the same way.
 
-Run: ``python -m benchmarks.env_throughput [--game pong] [--num-envs 8 16 32] [--seconds 8]``.
+Run: ``python -m benchmarks.env_throughput [--game pong] [--num-envs 8 16 32] [--seconds 6]``.
 """
 
 from __future__ import annotations
@@ -132,9 +132,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--game", default="pong", help="ale-py ROM id (pong, breakout, ...)")
     p.add_argument("--num-envs", type=int, nargs="+", default=[8, 16, 32])
     p.add_argument("--threads", type=int, default=0, help="simulator threads (0: core count)")
-    p.add_argument("--seconds", type=float, default=8.0, help="timed seconds per env per size")
+    p.add_argument("--seconds", type=float, default=6.0, help="timed seconds per env per size")
     # Short segments pair better: on a shared machine the rate drifts within a second.
-    p.add_argument("--rounds", type=int, default=32, help="interleaved rounds per size")
+    p.add_argument("--rounds", type=int, default=24, help="interleaved rounds per size")
     p.add_argument("--json", default=None, help="write the results to this path")
     p.add_argument("-v", "--verbose", action="store_true", help="print every round")
     args = p.parse_args(argv)

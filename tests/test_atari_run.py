@@ -86,3 +86,21 @@ def test_refuses_to_overwrite_a_run_with_checkpoints(tmp_path):
     save_checkpoint(tmp_path, {"frames": 0}, 0)
     with pytest.raises(ConfigError, match="--resume"):
         train(small_pong(tmp_path, 1024))
+
+
+@pytest.mark.slow
+def test_gym_backend_and_collector_workers_train(tmp_path):
+    cfg = small_pong(tmp_path / "gym", 512)
+    cfg.env.backend = "gym"
+    cfg.env.num_envs = 2
+    cfg.collector.frames_per_batch = 64
+    cfg.log.eval_episodes = 0
+    assert train(cfg)["frames"] == 512
+
+    cfg = small_pong(tmp_path / "workers", 1024)
+    cfg.env.num_envs = 2
+    cfg.collector.num_workers = 2
+    cfg.collector.frames_per_batch = 128
+    cfg.log.eval_episodes = 0
+    summary = train(cfg)
+    assert summary["frames"] == 1024 and summary["updates"] == 2

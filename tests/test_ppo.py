@@ -80,8 +80,8 @@ def test_update_changes_weights_and_reports_every_metric():
 
 
 def cartpole_config(run_dir, seed: int) -> Config:
-    """PPO hyperparameters for CartPole (as tuned in rl-baselines3-zoo) at a 100k-step budget."""
-    cfg = Config(total_frames=100_000, seed=seed, run_dir=str(run_dir))
+    """PPO hyperparameters for CartPole (as tuned in rl-baselines3-zoo) at a 150k-step budget."""
+    cfg = Config(total_frames=150_000, seed=seed, run_dir=str(run_dir))
     cfg.env.game = "CartPole-v1"
     cfg.env.num_envs = 8
     cfg.collector.frames_per_batch = 256
@@ -102,9 +102,9 @@ def cartpole_config(run_dir, seed: int) -> Config:
 
 @pytest.mark.slow
 def test_ppo_learns_cartpole(tmp_path):
-    # Measured over seeds 0, 1, 2 (see README): mean return of the last 100 episodes
-    # at 100k steps.
+    # Seeds 0, 1, 2 at 150k steps all reached a last-100 mean of 500 (the maximum); at 100k
+    # steps two of them stopped at 441 and 444, hence the budget (see README).
     summary = train(cartpole_config(tmp_path / "run", seed=0))
-    assert summary["frames"] >= 100_000
+    assert summary["frames"] >= 150_000
     assert summary["mean_return_100"] >= 450, summary
     assert summary["eval/greedy_return"] >= 450, summary
