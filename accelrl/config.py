@@ -173,6 +173,16 @@ def validate_env(env: EnvConfig, prefix: str = "env") -> None:
     check_positive(f"{prefix}.max_episode_frames", env.max_episode_frames)
 
 
+def require_whole_trajectories(env: EnvConfig, algo: str) -> None:
+    """On-policy advantages need each batch row to follow one simulator through time."""
+    if env.async_batch_size:
+        raise ConfigError(
+            "env.async_batch_size",
+            env.async_batch_size,
+            f"{algo} needs each batch row to follow one simulator; use 0 (synchronous stepping)",
+        )
+
+
 def validate_common(cfg: Any) -> None:
     """Checks the sections every recipe shares (env, collector, threads, log, top-level)."""
     validate_env(cfg.env)

@@ -20,6 +20,7 @@ from accelrl.config import (
     LogConfig,
     ModelConfig,
     ThreadsConfig,
+    require_whole_trajectories,
     validate_common,
 )
 from accelrl.models import make_actor_critic
@@ -54,6 +55,7 @@ def train(cfg: Config) -> dict:
     """Train PPO; returns final frames, updates, episodes, mean return of the last 100, frames/s."""
     validate_common(cfg)
     validate_ppo(cfg.ppo, cfg.collector.frames_per_batch)
+    require_whole_trajectories(cfg.env, "PPO")
     run = Run(cfg, algo="ppo")
 
     # Actor-critic with a shared trunk (Nature CNN on frames, MLP on vector observations).

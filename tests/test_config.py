@@ -37,6 +37,7 @@ BAD = [
     ({"env__sticky_actions": 1.5}, "env.sticky-actions", "1.5"),
     ({"env__async_batch_size": 8}, "env.async-batch-size", "8"),
     ({"env__frameskip": 0}, "env.frameskip", "0"),
+    ({"env__async_batch_size": 4}, "env.async-batch-size", "4"),
     ({"collector__frames_per_batch": 1001}, "collector.frames-per-batch", "1001"),
     ({"collector__num_workers": -1}, "collector.num-workers", "-1"),
     ({"ppo__lr": -1e-3}, "ppo.lr", "-0.001"),
