@@ -44,3 +44,51 @@ def fill_values(batch: TensorDictBase, critic: TensorDictModuleBase) -> None:
     subset = nxt[need]
     next_values[need] = critic(subset.exclude("state_value").copy()).get("state_value")
     nxt.set("state_value", next_values)
+
+
+def advantages(
+    batch: TensorDictBase,
+    critic: TensorDictModuleBase,
+    estimator: TensorDictModuleBase,
+    *,
+    device: torch.device,
+    life_loss: bool,
+) -> TensorDictBase:
+    """``advantage`` and ``value_target`` for a ``[..., T]`` batch, flattened to ``[N]``.
+
+    Trunk features stored during collection (``hidden``) are dropped: losses recompute them
+    with gradients.
+    """
+    batch = batch.to(device)
+    mark_boundaries(batch, life_loss)
+    with torch.no_grad():
+        fill_values(batch, critic)
+        estimator(batch)
+    return batch.exclude("hidden", ("next", "hidden")).reshape(-1)
+
+
+def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var[target - pred] / Var[target]; nan when the target is constant."""
+    var = target.var()
+    if var == 0:
+        return float("nan")
+    return float(1.0 - (target - pred).var() / var)
+
+
+def gradient_step(
+    optimizer: torch.optim.Optimizer,
+    loss: torch.Tensor,
+    parameters: list[torch.nn.Parameter],
+    max_grad_norm: float,
+) -> torch.Tensor:
+    """Backward, clip the global grad norm to ``max_grad_norm``, step; returns the norm before."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+    optimizer.step()
+    return norm
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr

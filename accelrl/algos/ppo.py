@@ -15,7 +15,7 @@ from torchrl.modules import ActorValueOperator
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
-from accelrl.algos.common import fill_values, mark_boundaries
+from accelrl.algos.common import advantages, explained_variance, gradient_step, set_lr
 from accelrl.config import ConfigError, check_positive
 
 
@@ -35,6 +35,7 @@ class PPOConfig:
     gae_lambda: float = 0.95
     entropy_coef: float = 0.01
     value_coef: float = 0.5
+    """Weight of the value loss 0.5 * (V - R)^2 (as in OpenAI baselines)."""
     clip_value: bool = True
     """Clip the value update to clip_epsilon around the old value."""
     normalize_advantage: bool = True
@@ -77,16 +78,17 @@ class PPO:
         self.policy = model
         self.actor = model.get_policy_operator()
         self.critic = model.get_value_operator()
-        # The loss gets the value *head* only: its actor pass writes the trunk's ``hidden``
-        # features into the minibatch and the head reads them, so the trunk runs once per
-        # minibatch instead of twice (the full critic would recompute it). Gradients of the
-        # value loss still reach the trunk through ``hidden``.
+        # The loss gets the policy and value *heads*; ``update`` runs the shared trunk once per
+        # minibatch (writing ``hidden`` with gradients) instead of once in each of the actor
+        # and the critic. Both losses' gradients reach the trunk through ``hidden``.
+        self.trunk = model.module[0]
         self.loss = ClipPPOLoss(
-            self.actor,
+            model.get_policy_head(),
             model.get_value_head(),
             clip_epsilon=cfg.clip_epsilon,
             entropy_coeff=cfg.entropy_coef,
-            critic_coeff=cfg.value_coef,
+            # TorchRL's l2 is (V - R)^2; baselines/CleanRL weigh 0.5 (V - R)^2 by value_coef.
+            critic_coeff=0.5 * cfg.value_coef,
             loss_critic_type="l2",
             normalize_advantage=cfg.normalize_advantage,
             clip_value=cfg.clip_value,
@@ -94,7 +96,8 @@ class PPO:
         # Values come from collection (see ``fill_values``), so GAE runs no network itself.
         self.gae = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=None, average_gae=False)
         self.gae.set_keys(done="gae_done", terminated="gae_terminated")
-        self.optimizer = torch.optim.Adam(self.loss.parameters(), lr=cfg.lr, eps=cfg.adam_eps)
+        self.params = list(model.parameters())
+        self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, eps=cfg.adam_eps)
 
     def schedule(self, progress: float) -> tuple[float, float]:
         """(learning rate, clip range) at ``progress`` in [0, 1] of the run's frames."""
@@ -106,16 +109,11 @@ class PPO:
     def update(self, batch: TensorDictBase, progress: float) -> dict[str, float]:
         """One PPO phase on ``batch`` ([..., T]); returns mean metrics over all minibatches."""
         lr, clip = self.schedule(progress)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(self.optimizer, lr)
         self.loss.clip_epsilon.fill_(clip)
-        batch = batch.to(self.device)
-        mark_boundaries(batch, self.cfg.life_loss_boundary)
-        with torch.no_grad():
-            fill_values(batch, self.critic)
-            self.gae(batch)
-        # Stale trunk features from collection and GAE: the loss recomputes them with grads.
-        flat = batch.exclude("hidden", ("next", "hidden")).reshape(-1)
+        flat = advantages(
+            batch, self.critic, self.gae, device=self.device, life_loss=self.cfg.life_loss_boundary
+        )
         n = flat.numel()
         size = n // self.cfg.minibatches
         sums: dict[str, torch.Tensor] = {}
@@ -124,14 +122,11 @@ class PPO:
             order = torch.randperm(n, device=self.device)
             for start in range(0, n, size):
                 mb = flat[order[start : start + size]]
-                out = self.loss(mb)
+                out = self.loss(self.trunk(mb))
                 total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
-                self.optimizer.zero_grad(set_to_none=True)
-                total.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    self.loss.parameters(), self.cfg.max_grad_norm
+                grad_norm = gradient_step(
+                    self.optimizer, total, self.params, self.cfg.max_grad_norm
                 )
-                self.optimizer.step()
                 row = {
                     "loss/policy": out["loss_objective"],
                     "loss/value": out["loss_critic"],
@@ -159,11 +154,3 @@ class PPO:
     def load_state_dict(self, state: dict) -> None:
         self.loss.load_state_dict(state["loss"])
         self.optimizer.load_state_dict(state["optimizer"])
-
-
-def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
-    """1 - Var[target - pred] / Var[target]; nan when the target is constant."""
-    var = target.var()
-    if var == 0:
-        return float("nan")
-    return float(1.0 - (target - pred).var() / var)

@@ -1,0 +1,133 @@
+"""A2C update step: TorchRL's ``A2CLoss`` on n-step returns (or GAE), one gradient step a batch.
+
+With ``gae_lambda=1`` the advantages are the n-step returns of each ``T``-step rollout segment
+bootstrapped from the value of its last next state, as in Mnih et al. (2016); ``gae_lambda<1``
+gives GAE. Life loss is a bootstrap boundary as in PPO (``accelrl.algos.common``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from tensordict import TensorDictBase
+from torchrl.modules import ActorValueOperator
+from torchrl.objectives import A2CLoss
+from torchrl.objectives.value import GAE
+
+from accelrl.algos.common import advantages, explained_variance, gradient_step, set_lr
+from accelrl.config import ConfigError, check_positive
+
+
+@dataclass
+class A2CConfig:
+    """A2C hyperparameters; defaults are the paper's Atari settings (RMSprop, lr 7e-4)."""
+
+    optimizer: Literal["rmsprop", "adam"] = "rmsprop"
+    lr: float = 7e-4
+    anneal_lr: bool = True
+    """Decay the learning rate linearly to 0 over total_frames (as OpenAI baselines' A2C)."""
+    rms_alpha: float = 0.99
+    """RMSprop smoothing constant."""
+    eps: float = 1e-5
+    """RMSprop / Adam epsilon."""
+    gamma: float = 0.99
+    gae_lambda: float = 1.0
+    """1.0: n-step returns over each rollout segment; < 1: GAE."""
+    entropy_coef: float = 0.01
+    value_coef: float = 0.5
+    """Weight of the value loss (V - R)^2."""
+    max_grad_norm: float = 0.5
+    normalize_advantage: bool = False
+    life_loss_boundary: bool = True
+
+
+def validate_a2c(cfg: A2CConfig, prefix: str = "a2c") -> None:
+    if cfg.optimizer not in ("rmsprop", "adam"):
+        raise ConfigError(f"{prefix}.optimizer", cfg.optimizer, "must be rmsprop or adam")
+    check_positive(f"{prefix}.lr", cfg.lr)
+    check_positive(f"{prefix}.eps", cfg.eps)
+    check_positive(f"{prefix}.max_grad_norm", cfg.max_grad_norm)
+    check_positive(f"{prefix}.entropy_coef", cfg.entropy_coef, zero_ok=True)
+    check_positive(f"{prefix}.value_coef", cfg.value_coef, zero_ok=True)
+    for name in ("gamma", "gae_lambda", "rms_alpha"):
+        value = getattr(cfg, name)
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{prefix}.{name}", value, "must be in [0, 1]")
+
+
+class A2C:
+    """Owns the loss, the return estimator and the optimizer; ``update`` takes one step a batch.
+
+    Collect with ``self.policy`` (action, log-prob and state value in one trunk pass);
+    ``self.actor`` is the policy alone.
+    """
+
+    def __init__(self, model: ActorValueOperator, cfg: A2CConfig, device: torch.device) -> None:
+        self.cfg = cfg
+        self.device = device
+        self.policy = model
+        self.actor = model.get_policy_operator()
+        self.critic = model.get_value_operator()
+        # Heads only: ``update`` runs the shared trunk once (see PPO).
+        self.trunk = model.module[0]
+        self.loss = A2CLoss(
+            model.get_policy_head(),
+            model.get_value_head(),
+            entropy_coeff=cfg.entropy_coef,
+            critic_coeff=cfg.value_coef,
+            loss_critic_type="l2",
+        )
+        self.returns = GAE(
+            gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=None, average_gae=False
+        )
+        self.returns.set_keys(done="gae_done", terminated="gae_terminated")
+        self.params = list(model.parameters())
+        if cfg.optimizer == "rmsprop":
+            self.optimizer = torch.optim.RMSprop(
+                self.params, lr=cfg.lr, alpha=cfg.rms_alpha, eps=cfg.eps
+            )
+        else:
+            self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, eps=cfg.eps)
+
+    def lr_at(self, progress: float) -> float:
+        """Learning rate at ``progress`` in [0, 1] of the run's frames."""
+        return self.cfg.lr * (max(0.0, 1.0 - progress) if self.cfg.anneal_lr else 1.0)
+
+    def update(self, batch: TensorDictBase, progress: float) -> dict[str, float]:
+        """One gradient step on the whole ``[..., T]`` batch; returns its metrics."""
+        lr = self.lr_at(progress)
+        set_lr(self.optimizer, lr)
+        flat = advantages(
+            batch,
+            self.critic,
+            self.returns,
+            device=self.device,
+            life_loss=self.cfg.life_loss_boundary,
+        )
+        if self.cfg.normalize_advantage:
+            adv = flat.get("advantage")
+            flat.set("advantage", (adv - adv.mean()) / (adv.std() + 1e-8))
+        out = self.loss(self.trunk(flat))
+        total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
+        grad_norm = gradient_step(self.optimizer, total, self.params, self.cfg.max_grad_norm)
+        return {
+            "loss/policy": float(out["loss_objective"]),
+            "loss/value": float(out["loss_critic"]),
+            "loss/entropy": float(out["loss_entropy"]),
+            "loss/total": float(total),
+            "train/entropy": float(out["entropy"]),
+            "train/grad_norm": float(grad_norm),
+            "train/explained_variance": explained_variance(
+                flat.get("state_value"), flat.get("value_target")
+            ),
+            "train/lr": lr,
+        }
+
+    def state_dict(self) -> dict:
+        return {"loss": self.loss.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.loss.load_state_dict(state["loss"])
+        self.optimizer.load_state_dict(state["optimizer"])
