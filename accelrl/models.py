@@ -43,7 +43,8 @@ class NatureCNN(nn.Module):
         self.out_features = features
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
-        x = pixels.to(torch.float32) / 255.0
+        # One conversion pass (copy=True: never scale a caller's float tensor in place).
+        x = pixels.to(torch.float32, copy=True).mul_(1.0 / 255.0)
         batch = x.shape[:-3]
         y = self.fc(self.convs(x.reshape(-1, *x.shape[-3:])))
         return y.reshape(*batch, -1)

@@ -1,0 +1,42 @@
+"""Networks: shapes, uint8 input scaling, orthogonal init, heads."""
+
+import torch
+
+from accelrl.models import NatureCNN, make_actor_critic
+
+
+def test_nature_cnn_shapes_and_uint8_scaling():
+    net = NatureCNN()
+    assert net.fc[0].in_features == 3136 and net.out_features == 512
+    frames = torch.randint(0, 256, (2, 3, 4, 84, 84), dtype=torch.uint8)
+    out = net(frames)
+    assert out.shape == (2, 3, 512)
+    torch.testing.assert_close(out, net(frames.float() / 255.0 * 255.0))
+
+
+def test_float_input_is_not_modified_in_place():
+    net = NatureCNN()
+    frames = torch.full((1, 4, 84, 84), 255.0)
+    net(frames)
+    assert frames.max() == 255.0
+
+
+def test_orthogonal_init_and_small_policy_head():
+    model = make_actor_critic("pixels", (4, 84, 84), 6)
+    conv = model.module[0].module.convs[0].weight.flatten(1)
+    gram = conv @ conv.T
+    torch.testing.assert_close(gram, 2.0 * torch.eye(32), atol=1e-4, rtol=1e-4)
+    policy_head = model.get_policy_head().module[0].module
+    assert policy_head.weight.abs().max() < 0.05
+    assert (policy_head.bias == 0).all()
+
+
+def test_actor_critic_outputs():
+    model = make_actor_critic("observation", (4,), 3, mlp_hidden=(32,))
+    from tensordict import TensorDict
+
+    td = model(TensorDict({"observation": torch.randn(5, 4)}, [5]))
+    assert td["action"].shape == (5,) and td["action"].dtype == torch.int64
+    assert td["action_log_prob"].shape == (5,)
+    assert td["state_value"].shape == (5, 1)
+    assert td["logits"].shape == (5, 3)
