@@ -52,7 +52,7 @@ class SameStepVectorEnv(EnvBase):
         self._lives = np.zeros(num_envs, dtype=np.int64)
         self._ep_return = np.zeros(num_envs, dtype=np.float32)
         self._ep_length = np.zeros(num_envs, dtype=np.int64)
-        self._root: TensorDict | None = None
+        self._root: dict[str, torch.Tensor] | None = None
         b = self.batch_size
         flag = Categorical(2, shape=(*b, 1), dtype=torch.bool)
         self.observation_spec = Composite(
@@ -90,35 +90,16 @@ class SameStepVectorEnv(EnvBase):
         self._seed = 0 if seed is None else int(seed)
         self._started = False
 
-    def _pack(self, values: dict[str, np.ndarray]) -> TensorDict:
-        # Arrays become tensors without a copy; ``_new_unsafe`` skips per-key validation
-        # (~15 us a key), the shapes being fixed by construction.
-        return TensorDict._new_unsafe(
-            {k: torch.from_numpy(v) for k, v in values.items()}, batch_size=self.batch_size
-        )
-
-    def _root_output(self, obs: np.ndarray, env_ids: np.ndarray) -> TensorDict:
-        col = (self.rows, 1)
-        return self._pack(
-            {
-                self.obs_key: obs,
-                "score": np.zeros(col, np.float32),
-                "life_lost": np.zeros(col, bool),
-                "episode_return": self._ep_return[env_ids].reshape(col),
-                "episode_length": self._ep_length[env_ids].reshape(col),
-                "env_id": env_ids.astype(np.int64).reshape(col),
-                "done": np.zeros(col, bool),
-                "terminated": np.zeros(col, bool),
-                "truncated": np.zeros(col, bool),
-            }
-        )
+    def _pack(self, values: dict[str, torch.Tensor]) -> TensorDict:
+        # ``_new_unsafe`` skips per-key validation (~15 us a key): shapes hold by construction.
+        return TensorDict._new_unsafe(dict(values), batch_size=self.batch_size)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         mask = None if tensordict is None else tensordict.get("_reset", None)
         if self._started and mask is not None and self._root is not None:
             # Ended simulators already reset themselves during the step; the cached root holds
             # the first observation of their new episode.
-            return self._root.copy()
+            return self._pack(self._root)
         if self._started and self.rows != self.num_envs:
             raise RuntimeError(
                 "async mode (rows < num_envs) resets ended episodes itself; a full reset is "
@@ -132,48 +113,80 @@ class SameStepVectorEnv(EnvBase):
             self._lives[env_ids] = lives
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
-        self._root = self._root_output(obs, env_ids)
-        return self._root.copy()
+        col = (self.rows, 1)
+        zeros = np.zeros(col, bool)
+        root = {
+            self.obs_key: obs,
+            "score": np.zeros(col, np.float32),
+            "life_lost": zeros,
+            "episode_return": np.zeros(col, np.float32),
+            "episode_length": np.zeros(col, np.int64),
+            "env_id": env_ids.astype(np.int64).reshape(col),
+            "done": zeros,
+            "terminated": zeros,
+            "truncated": zeros,
+        }
+        self._root = {k: torch.from_numpy(v) for k, v in root.items()}
+        return self._pack(self._root)
 
     def _advance(self, action: torch.Tensor) -> tuple[TensorDict, TensorDict]:
         """One batched step: the transition's ``next`` data and the root to act on next."""
         obs, score, terminated, truncated, env_ids, lives, info = self._raw_step(action.numpy())
+        # Synchronous mode returns every simulator in order: plain views instead of gathers.
+        rows = slice(None) if self.rows == self.num_envs else env_ids
         ended = terminated | truncated
         if lives is not None:
             # After game over the simulator has started its next episode and its lives counter
             # jumped up, so a life loss is a drop in lives within one episode.
-            life_lost = (lives < self._lives[env_ids]) & ~ended
-            self._lives[env_ids] = lives
+            life_lost = (lives < self._lives[rows]) & ~ended
+            self._lives[rows] = lives
         else:
             life_lost = np.zeros_like(ended)
         score = score.astype(np.float32, copy=False)
-        ep_return = self._ep_return[env_ids] + score
-        ep_length = self._ep_length[env_ids] + 1
-        next_obs = obs
-        if ended.any():
-            next_obs = self._final_obs(obs, ended, info)
-            self._ep_return[env_ids] = np.where(ended, 0.0, ep_return)
-            self._ep_length[env_ids] = np.where(ended, 0, ep_length)
-        else:
-            self._ep_return[env_ids] = ep_return
-            self._ep_length[env_ids] = ep_length
+        ep_return = self._ep_return[rows] + score
+        ep_length = self._ep_length[rows] + 1
+        any_ended = ended.any()
+        next_obs = self._final_obs(obs, ended, info) if any_ended else obs
         col = (self.rows, 1)
-        next_td = self._pack(
-            {
-                self.obs_key: next_obs,
-                "reward": (np.sign(score) if self.clip_rewards else score).reshape(col),
-                "score": score.reshape(col),
-                "done": ended.reshape(col),
-                "terminated": terminated.reshape(col),
-                "truncated": truncated.reshape(col),
-                "life_lost": life_lost.reshape(col),
-                "episode_return": ep_return.reshape(col),
-                "episode_length": ep_length.reshape(col),
-                "env_id": env_ids.astype(np.int64).reshape(col),
-            }
-        )
-        self._root = self._root_output(obs, env_ids)
-        return next_td, self._root
+        nxt = {
+            self.obs_key: torch.from_numpy(next_obs),
+            "reward": torch.from_numpy(
+                (np.sign(score) if self.clip_rewards else score).reshape(col)
+            ),
+            "score": torch.from_numpy(score.reshape(col)),
+            "done": torch.from_numpy(ended.reshape(col)),
+            "terminated": torch.from_numpy(terminated.reshape(col)),
+            "truncated": torch.from_numpy(truncated.reshape(col)),
+            "life_lost": torch.from_numpy(life_lost.reshape(col)),
+            "episode_return": torch.from_numpy(ep_return.reshape(col)),
+            "episode_length": torch.from_numpy(ep_length.reshape(col)),
+            "env_id": torch.from_numpy(env_ids.astype(np.int64).reshape(col)),
+        }
+        # As TorchRL's step_mdp + reset: the next root holds this step's observation keys, with
+        # the values of a fresh episode in rows that ended. Without ended rows it shares the
+        # ``next`` tensors (no copies).
+        root = {k: v for k, v in nxt.items() if k != "reward"}
+        if any_ended:
+            self._ep_return[rows] = np.where(ended, 0.0, ep_return)
+            self._ep_length[rows] = np.where(ended, 0, ep_length)
+            keep = torch.from_numpy(~ended).unsqueeze(-1)
+            false = torch.zeros(col, dtype=torch.bool)
+            root.update(
+                {
+                    self.obs_key: torch.from_numpy(obs),
+                    "score": root["score"] * keep,
+                    "episode_return": root["episode_return"] * keep,
+                    "episode_length": root["episode_length"] * keep,
+                    "done": false,
+                    "terminated": false,
+                    "truncated": false,
+                }
+            )
+        else:
+            self._ep_return[rows] = ep_return
+            self._ep_length[rows] = ep_length
+        self._root = root
+        return self._pack(nxt), self._pack(root)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         return self._advance(tensordict.get("action"))[0]
@@ -187,5 +200,6 @@ class SameStepVectorEnv(EnvBase):
         if "next" in tensordict.keys():
             return super()._step_and_maybe_reset(tensordict)
         next_td, root = self._advance(tensordict.get("action"))
-        tensordict.set("next", next_td)
-        return tensordict, root.copy()
+        # Shapes and device hold by construction: skip ``set``'s validation.
+        tensordict._set_str("next", next_td, validated=True, inplace=False)
+        return tensordict, root
