@@ -66,13 +66,6 @@ class MLP(nn.Module):
         return self.net(obs)
 
 
-def make_trunk(obs_key: str, obs_shape: Sequence[int], mlp_hidden: Sequence[int]) -> nn.Module:
-    """Nature CNN for ``pixels`` ([stack, H, W] uint8), an MLP for flat vector observations."""
-    if obs_key == "pixels":
-        return NatureCNN(in_channels=obs_shape[0], screen_size=obs_shape[-1])
-    return MLP(int(math.prod(obs_shape)), mlp_hidden)
-
-
 def make_actor_critic(
     obs_key: str,
     obs_shape: Sequence[int],
@@ -80,24 +73,35 @@ def make_actor_critic(
     *,
     mlp_hidden: Sequence[int] = (64, 64),
 ) -> ActorValueOperator:
-    """Shared trunk with a categorical policy head and a value head.
+    """Categorical policy and value heads over a common module.
+
+    Frames (``pixels``, [stack, H, W] uint8): one Nature CNN shared by both heads, as in the
+    Atari papers. Vector observations: separate actor and critic MLPs (the common module only
+    flattens), as in CleanRL and Stable-Baselines3: with a shared MLP the value loss dominates
+    the clipped gradient and A2C barely learns CartPole.
 
     ``get_policy_operator()`` writes ``action`` and ``action_log_prob`` (and ``logits``);
     ``get_value_operator()`` writes ``state_value`` [..., 1].
     """
-    trunk = make_trunk(obs_key, obs_shape, mlp_hidden)
+    if obs_key == "pixels":
+        trunk = NatureCNN(in_channels=obs_shape[0], screen_size=obs_shape[-1])
+        policy_net: nn.Module = orthogonal_(nn.Linear(trunk.out_features, num_actions), 0.01)
+        value_net: nn.Module = orthogonal_(nn.Linear(trunk.out_features, 1), 1.0)
+    else:
+        trunk = nn.Flatten(start_dim=-len(obs_shape)) if len(obs_shape) > 1 else nn.Identity()
+        features = int(math.prod(obs_shape))
+        policy_mlp, value_mlp = MLP(features, mlp_hidden), MLP(features, mlp_hidden)
+        policy_net = nn.Sequential(
+            policy_mlp, orthogonal_(nn.Linear(policy_mlp.out_features, num_actions), 0.01)
+        )
+        value_net = nn.Sequential(value_mlp, orthogonal_(nn.Linear(value_mlp.out_features, 1), 1.0))
     common = TensorDictModule(trunk, in_keys=[obs_key], out_keys=["hidden"])
-    policy_head = TensorDictModule(
-        orthogonal_(nn.Linear(trunk.out_features, num_actions), 0.01),
-        in_keys=["hidden"],
-        out_keys=["logits"],
-    )
     actor = ProbabilisticActor(
-        policy_head,
+        TensorDictModule(policy_net, in_keys=["hidden"], out_keys=["logits"]),
         in_keys=["logits"],
         out_keys=["action"],
         distribution_class=torch.distributions.Categorical,
         return_log_prob=True,
     )
-    critic = ValueOperator(orthogonal_(nn.Linear(trunk.out_features, 1), 1.0), in_keys=["hidden"])
+    critic = ValueOperator(value_net, in_keys=["hidden"])
     return ActorValueOperator(common, actor, critic)

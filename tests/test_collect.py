@@ -17,7 +17,7 @@ def test_thread_plan_defaults_follow_core_count():
 
 
 def force_action(model, action: int) -> None:
-    head = model.get_policy_head().module[0].module
+    head = model.get_policy_head().module[0].module[-1]
     with torch.no_grad():
         head.weight.zero_()
         head.bias.fill_(-50.0)

@@ -40,3 +40,11 @@ def test_actor_critic_outputs():
     assert td["action_log_prob"].shape == (5,)
     assert td["state_value"].shape == (5, 1)
     assert td["logits"].shape == (5, 3)
+
+
+def test_vector_observations_get_separate_actor_and_critic():
+    model = make_actor_critic("observation", (4,), 2)
+    assert not list(model.module[0].parameters())
+    policy = set(map(id, model.get_policy_head().parameters()))
+    value = set(map(id, model.get_value_head().parameters()))
+    assert policy and value and not policy & value

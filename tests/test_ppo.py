@@ -15,6 +15,7 @@ from recipes.ppo_atari import Config, train
 
 
 def cartpole_rollout(steps: int = 120):
+    torch.manual_seed(0)
     env = make_env(EnvConfig(game="CartPole-v1", num_envs=4), seed=0)
     model = make_actor_critic("observation", (4,), 2)
     with torch.no_grad():
@@ -28,7 +29,10 @@ def test_values_from_collection_equal_a_full_critic_pass():
     assert batch["next", "done"].any(), "need episode ends in the batch"
     fill_values(batch, model.get_value_operator())
     reference = model.get_value_operator()(batch["next"].exclude("state_value").copy())
-    torch.testing.assert_close(batch["next", "state_value"], reference["state_value"])
+    # Different batch sizes take different matmul blockings: equal up to float rounding.
+    torch.testing.assert_close(
+        batch["next", "state_value"], reference["state_value"], rtol=1e-4, atol=1e-5
+    )
 
 
 def test_life_loss_is_a_bootstrap_boundary_but_not_an_episode_end():

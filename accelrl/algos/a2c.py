@@ -16,7 +16,14 @@ from torchrl.modules import ActorValueOperator
 from torchrl.objectives import A2CLoss
 from torchrl.objectives.value import GAE
 
-from accelrl.algos.common import advantages, explained_variance, gradient_step, set_lr
+from accelrl.algos.common import (
+    advantages,
+    explained_variance,
+    gradient_step,
+    loss_metrics,
+    set_lr,
+    total_loss,
+)
 from accelrl.config import ConfigError, check_positive
 
 
@@ -110,14 +117,10 @@ class A2C:
             adv = flat.get("advantage")
             flat.set("advantage", (adv - adv.mean()) / (adv.std() + 1e-8))
         out = self.loss(self.trunk(flat))
-        total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
+        total = total_loss(out)
         grad_norm = gradient_step(self.optimizer, total, self.params, self.cfg.max_grad_norm)
         return {
-            "loss/policy": float(out["loss_objective"]),
-            "loss/value": float(out["loss_critic"]),
-            "loss/entropy": float(out["loss_entropy"]),
-            "loss/total": float(total),
-            "train/entropy": float(out["entropy"]),
+            **{key: float(value) for key, value in loss_metrics(out, total).items()},
             "train/grad_norm": float(grad_norm),
             "train/explained_variance": explained_variance(
                 flat.get("state_value"), flat.get("value_target")

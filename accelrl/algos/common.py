@@ -92,3 +92,21 @@ def gradient_step(
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+def total_loss(out: TensorDictBase) -> torch.Tensor:
+    """Sum of a TorchRL loss module's ``loss_*`` terms (absent terms, e.g. a zero entropy
+    coefficient, simply do not count)."""
+    return sum(value for key, value in out.items() if key.startswith("loss_"))
+
+
+def loss_metrics(out: TensorDictBase, total: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The standard on-policy loss metrics of a TorchRL loss output, missing ones as zeros."""
+    zero = torch.zeros((), device=total.device)
+    return {
+        "loss/policy": out.get("loss_objective", zero),
+        "loss/value": out.get("loss_critic", zero),
+        "loss/entropy": out.get("loss_entropy", zero),
+        "loss/total": total,
+        "train/entropy": out.get("entropy", zero),
+    }

@@ -15,7 +15,14 @@ from torchrl.modules import ActorValueOperator
 from torchrl.objectives import ClipPPOLoss
 from torchrl.objectives.value import GAE
 
-from accelrl.algos.common import advantages, explained_variance, gradient_step, set_lr
+from accelrl.algos.common import (
+    advantages,
+    explained_variance,
+    gradient_step,
+    loss_metrics,
+    set_lr,
+    total_loss,
+)
 from accelrl.config import ConfigError, check_positive
 
 
@@ -123,16 +130,12 @@ class PPO:
             for start in range(0, n, size):
                 mb = flat[order[start : start + size]]
                 out = self.loss(self.trunk(mb))
-                total = out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]
+                total = total_loss(out)
                 grad_norm = gradient_step(
                     self.optimizer, total, self.params, self.cfg.max_grad_norm
                 )
                 row = {
-                    "loss/policy": out["loss_objective"],
-                    "loss/value": out["loss_critic"],
-                    "loss/entropy": out["loss_entropy"],
-                    "loss/total": total,
-                    "train/entropy": out["entropy"],
+                    **loss_metrics(out, total),
                     "train/kl_approx": out["kl_approx"],
                     "train/clip_fraction": out["clip_fraction"],
                     "train/grad_norm": grad_norm,
