@@ -120,7 +120,7 @@ class A2C:
         total = total_loss(out)
         grad_norm = gradient_step(self.optimizer, total, self.params, self.cfg.max_grad_norm)
         return {
-            **{key: float(value) for key, value in loss_metrics(out, total).items()},
+            **{key: float(value.detach()) for key, value in loss_metrics(out, total).items()},
             "train/grad_norm": float(grad_norm),
             "train/explained_variance": explained_variance(
                 flat.get("state_value"), flat.get("value_target")
