@@ -105,3 +105,63 @@ def make_actor_critic(
     )
     critic = ValueOperator(value_net, in_keys=["hidden"])
     return ActorValueOperator(common, actor, critic)
+
+
+class QNetwork(nn.Module):
+    """Action values from frames (Nature CNN convs) or vector observations (MLP).
+
+    ``dueling`` splits the head into a state-value and an advantage stream (Wang et al. 2016),
+    combined as V + A - mean(A); ``atoms`` > 1 outputs logits over a categorical return
+    distribution per action (C51, Bellemare et al. 2017), shaped ``[..., atoms, actions]`` as
+    TorchRL's distributional modules expect. Both combine (Rainbow's head).
+    """
+
+    def __init__(
+        self,
+        obs_key: str,
+        obs_shape: Sequence[int],
+        num_actions: int,
+        *,
+        dueling: bool = False,
+        atoms: int = 1,
+        mlp_hidden: Sequence[int] = (64, 64),
+    ) -> None:
+        super().__init__()
+        self.num_actions, self.atoms, self.dueling = num_actions, atoms, dueling
+        self.pixels = obs_key == "pixels"
+        if self.pixels:
+            cnn = NatureCNN(in_channels=obs_shape[0], screen_size=obs_shape[-1])
+            self.features = cnn.convs
+            width, hidden = cnn.fc[0].in_features, 512
+
+            def stream(out: int) -> nn.Module:
+                return nn.Sequential(
+                    orthogonal_(nn.Linear(width, hidden), math.sqrt(2)),
+                    nn.ReLU(),
+                    orthogonal_(nn.Linear(hidden, out), 1.0),
+                )
+        else:
+            mlp = MLP(int(math.prod(obs_shape)), mlp_hidden)
+            self.features = nn.Sequential(nn.Flatten(start_dim=-len(obs_shape)), mlp)
+            width = mlp.out_features
+
+            def stream(out: int) -> nn.Module:
+                return orthogonal_(nn.Linear(width, out), 1.0)
+
+        self.advantage = stream(num_actions * atoms)
+        self.value = stream(atoms) if dueling else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.pixels:
+            obs = obs.to(torch.float32, copy=True).mul_(1.0 / 255.0)
+            batch = obs.shape[:-3]
+            x = self.features(obs.reshape(-1, *obs.shape[-3:]))
+        else:
+            batch = obs.shape[:-1]
+            x = self.features(obs.reshape(-1, obs.shape[-1]))
+        q = self.advantage(x).view(-1, self.atoms, self.num_actions)
+        if self.value is not None:
+            q = self.value(x).view(-1, self.atoms, 1) + q - q.mean(-1, keepdim=True)
+        if self.atoms == 1:
+            return q.view(*batch, self.num_actions)
+        return q.view(*batch, self.atoms, self.num_actions)

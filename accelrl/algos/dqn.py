@@ -1,0 +1,240 @@
+"""The DQN family: TorchRL's ``DQNLoss`` / ``DistributionalDQNLoss`` with flags that combine.
+
+``double`` (van Hasselt et al. 2016), ``dueling`` (Wang et al. 2016), ``n_step`` returns,
+``prioritized`` replay (Schaul et al. 2016) and ``distributional`` C51 (Bellemare et al. 2017)
+combine freely; the ``rainbow`` preset turns them all on without noisy nets (the paper's
+eps-Rainbow). TorchRL's ``DistributionalDQNLoss`` has no double-Q option: with
+``distributional`` the bootstrap action comes from the target network.
+
+Presets for the paper's large batches keep the training intensity (replayed samples per
+collected sample, 8 as in the Atari papers) and grow the number of simulators with the batch,
+scaling Adam's learning rate with the square root of the batch size (see the README).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictSequential
+from torchrl.data import Categorical
+from torchrl.modules import DistributionalQValueActor, EGreedyModule, QValueActor
+from torchrl.objectives import DistributionalDQNLoss, DQNLoss, HardUpdate, SoftUpdate
+from torchrl.objectives.utils import ValueEstimators
+
+from accelrl.algos.common import gradient_step
+from accelrl.config import ConfigError, check_positive
+from accelrl.models import QNetwork
+
+Preset = Literal["none", "rainbow", "dqn-512", "cat-dqn-2048", "rainbow-512"]
+
+
+@dataclass
+class DQNConfig:
+    """DQN-family hyperparameters; defaults are Nature DQN's with Adam (Dopamine's settings)."""
+
+    preset: Preset = "none"
+    """rainbow: double+dueling+n-step 3+prioritized+distributional. dqn-512, cat-dqn-2048,
+    rainbow-512: the paper's large batches. A preset replaces defaults; flags given with
+    non-default values win."""
+    double: bool = False
+    dueling: bool = False
+    n_step: int = 1
+    prioritized: bool = False
+    distributional: bool = False
+    atoms: int = 51
+    v_min: float = -10.0
+    v_max: float = 10.0
+    batch_size: int = 32
+    lr: float = 1e-4
+    adam_eps: float = 1.5e-4
+    gamma: float = 0.99
+    training_intensity: float = 8.0
+    """Replayed samples per collected sample (updates per batch = intensity x batch frames /
+    batch_size)."""
+    learning_starts: int = 80_000
+    """Emulator frames collected with the initial epsilon before the first update."""
+    target_update_interval: int = 2_000
+    """Updates between hard target-network copies (when tau is 0)."""
+    tau: float = 0.0
+    """> 0: Polyak-average the target network by tau after every update instead."""
+    eps_start: float = 1.0
+    eps_end: float = 0.01
+    eps_decay_frames: int = 1_000_000
+    """Emulator frames over which epsilon decays linearly from eps_start to eps_end."""
+    eval_eps: float = 0.001
+    max_grad_norm: float = 10.0
+    replay_capacity: int = 1_000_000
+    replay_dir: str | None = None
+    """Folder for the memmap replay storage (None: in RAM)."""
+    priority_alpha: float = 0.5
+    priority_beta: float = 0.4
+    """Importance-sampling exponent, annealed linearly to 1 over the run."""
+    life_loss_boundary: bool = True
+
+
+PRESETS: dict[str, dict] = {
+    "rainbow": dict(
+        double=True, dueling=True, n_step=3, prioritized=True, distributional=True, lr=6.25e-5
+    ),
+    "dqn-512": dict(batch_size=512, lr=1e-4 * math.sqrt(512 / 32), double=True),
+    "cat-dqn-2048": dict(batch_size=2048, lr=6.25e-5 * math.sqrt(2048 / 32), distributional=True),
+    "rainbow-512": dict(
+        double=True,
+        dueling=True,
+        n_step=3,
+        prioritized=True,
+        distributional=True,
+        batch_size=512,
+        lr=6.25e-5 * math.sqrt(512 / 32),
+    ),
+}
+"""Preset values; the recipe also sets ``env.num_envs`` so each update meets about
+``batch_size / training_intensity`` fresh agent steps (see ``preset_num_envs``)."""
+
+
+def apply_preset(cfg: DQNConfig) -> DQNConfig:
+    """``cfg`` with its preset's values in every field still at its default."""
+    if cfg.preset == "none":
+        return cfg
+    defaults = DQNConfig()
+    changes = {
+        name: value
+        for name, value in PRESETS[cfg.preset].items()
+        if getattr(cfg, name) == getattr(defaults, name)
+    }
+    return dataclasses.replace(cfg, **changes)
+
+
+def preset_num_envs(cfg: DQNConfig) -> int:
+    """Simulators for a batch size: one fresh agent step per env per update at intensity 8."""
+    return max(1, round(cfg.batch_size / cfg.training_intensity))
+
+
+def validate_dqn(cfg: DQNConfig, prefix: str = "dqn") -> None:
+    if cfg.preset not in ("none", *PRESETS):
+        raise ConfigError(f"{prefix}.preset", cfg.preset, f"must be none or one of {list(PRESETS)}")
+    for name in ("n_step", "batch_size", "lr", "adam_eps", "training_intensity", "max_grad_norm"):
+        check_positive(f"{prefix}.{name}", getattr(cfg, name))
+    for name in ("target_update_interval", "replay_capacity", "eps_decay_frames"):
+        check_positive(f"{prefix}.{name}", getattr(cfg, name))
+    check_positive(f"{prefix}.learning_starts", cfg.learning_starts, zero_ok=True)
+    for name in ("gamma", "tau", "eps_start", "eps_end", "eval_eps", "priority_alpha"):
+        value = getattr(cfg, name)
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{prefix}.{name}", value, "must be in [0, 1]")
+    if cfg.distributional:
+        if cfg.atoms < 2:
+            raise ConfigError(f"{prefix}.atoms", cfg.atoms, "must be >= 2")
+        if cfg.v_min >= cfg.v_max:
+            raise ConfigError(f"{prefix}.v_min", cfg.v_min, f"must be < v_max={cfg.v_max}")
+    if cfg.replay_capacity < cfg.batch_size:
+        raise ConfigError(
+            f"{prefix}.replay_capacity",
+            cfg.replay_capacity,
+            f"must hold at least one batch (batch_size={cfg.batch_size})",
+        )
+
+
+class DQN:
+    """Owns the Q-network, its target, the loss and the optimizer.
+
+    ``self.policy`` (epsilon-greedy over the Q-network) collects; ``self.greedy`` evaluates;
+    ``update(sample)`` takes one gradient step and returns per-sample priorities.
+    """
+
+    def __init__(
+        self,
+        cfg: DQNConfig,
+        *,
+        obs_key: str,
+        obs_shape: tuple[int, ...],
+        num_actions: int,
+        device: torch.device,
+        mlp_hidden: tuple[int, ...] = (64, 64),
+    ) -> None:
+        self.cfg = cfg
+        self.device = device
+        spec = Categorical(num_actions)
+        net = QNetwork(
+            obs_key,
+            obs_shape,
+            num_actions,
+            dueling=cfg.dueling,
+            atoms=cfg.atoms if cfg.distributional else 1,
+            mlp_hidden=mlp_hidden,
+        ).to(device)
+        if cfg.distributional:
+            support = torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms, device=device)
+            self.greedy = DistributionalQValueActor(
+                net, in_keys=[obs_key], spec=spec, support=support, action_space="categorical"
+            )
+            self.loss = DistributionalDQNLoss(self.greedy, gamma=cfg.gamma, delay_value=True)
+        else:
+            self.greedy = QValueActor(net, in_keys=[obs_key], spec=spec)
+            self.loss = DQNLoss(
+                self.greedy,
+                loss_function="smooth_l1",
+                delay_value=True,
+                double_dqn=cfg.double,
+            )
+            self.loss.make_value_estimator(ValueEstimators.TD0, gamma=cfg.gamma)
+        # The replay writes the n-step bootstrap distance k to "steps_to_next_obs"; both losses
+        # (DQNLoss through its TD(0) estimator) then bootstrap with gamma**k.
+        self.explore = EGreedyModule(spec, eps_init=cfg.eps_start, eps_end=cfg.eps_start)
+        self.policy = TensorDictSequential(self.greedy, self.explore)
+        if cfg.tau > 0:
+            self.target = SoftUpdate(self.loss, tau=cfg.tau)
+        else:
+            self.target = HardUpdate(
+                self.loss, value_network_update_interval=cfg.target_update_interval
+            )
+        self.params = list(self.greedy.parameters())
+        self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, eps=cfg.adam_eps)
+
+    def epsilon(self, frames: int) -> float:
+        """Exploration rate after ``frames`` emulator frames (linear decay, then constant)."""
+        progress = min(1.0, frames / self.cfg.eps_decay_frames)
+        return self.cfg.eps_start + progress * (self.cfg.eps_end - self.cfg.eps_start)
+
+    def set_epsilon(self, eps: float) -> None:
+        self.explore.eps.fill_(eps)
+
+    def beta(self, progress: float) -> float:
+        """Importance-sampling exponent at ``progress`` in [0, 1] of the run."""
+        return self.cfg.priority_beta + progress * (1.0 - self.cfg.priority_beta)
+
+    def update(self, sample: TensorDictBase) -> tuple[dict[str, float], torch.Tensor]:
+        """One gradient step on a replay sample; returns (metrics, priorities [B])."""
+        sample = sample.to(self.device)
+        if "_weight" in sample.keys():
+            sample.set("priority_weight", sample.get("_weight"))
+        out = self.loss(sample)
+        grad_norm = gradient_step(self.optimizer, out["loss"], self.params, self.cfg.max_grad_norm)
+        self.target.step()
+        td_error = sample.get("td_error").detach().reshape(-1)
+        # DQNLoss reports the squared TD error; priorities are |delta| (C51: the cross-entropy).
+        priority = td_error if self.cfg.distributional else td_error.sqrt()
+        metrics = {
+            "loss/q": float(out["loss"].detach()),
+            "train/grad_norm": float(grad_norm),
+            "train/td_error": float(priority.mean()),
+        }
+        return metrics, priority
+
+    def state_dict(self) -> dict:
+        return {
+            "loss": self.loss.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "target": self.target.state_dict() if hasattr(self.target, "state_dict") else {},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.loss.load_state_dict(state["loss"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("target") and hasattr(self.target, "load_state_dict"):
+            self.target.load_state_dict(state["target"])
