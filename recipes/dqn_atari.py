@@ -113,7 +113,11 @@ def train(cfg: Config) -> dict:
         for batch in collector:
             run.collected(batch)
             replay.extend(batch)
-            metrics = {"train/epsilon": dqn.epsilon(run.frames), "train/replay": len(replay)}
+            metrics = {
+                **dqn.no_update_metrics(),
+                "train/epsilon": dqn.epsilon(run.frames),
+                "train/replay": len(replay),
+            }
             # Keep replayed / collected samples at the training intensity.
             if run.frames >= learning_starts:
                 credit += per_batch

@@ -226,6 +226,12 @@ class DQN:
         }
         return metrics, priority
 
+    @staticmethod
+    def no_update_metrics() -> dict[str, float]:
+        """The keys ``update`` reports, as NaN: logged before learning starts so that every
+        metrics.csv row has the same columns."""
+        return {"loss/q": math.nan, "train/grad_norm": math.nan, "train/td_error": math.nan}
+
     def state_dict(self) -> dict:
         return {
             "loss": self.loss.state_dict(),
