@@ -98,6 +98,26 @@ class LogConfig:
     keep_checkpoints: int = 3
 
 
+@dataclass
+class RunConfig:
+    """Sections and run-level fields every recipe's ``Config`` shares (recipes add theirs)."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    collector: CollectorConfig = field(default_factory=CollectorConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    threads: ThreadsConfig = field(default_factory=ThreadsConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    total_frames: int = 10_000_000
+    """Emulator frames to train for (agent steps x frameskip), as in the paper."""
+    device: str = "auto"
+    """Learner device: auto (cuda if available), cpu, cuda, cuda:N."""
+    seed: int = 0
+    run_dir: str | None = None
+    """Folder for config, metrics.csv, TensorBoard events and checkpoints (default runs/...)."""
+    resume: bool = False
+    """Continue the run in --run-dir from its latest checkpoint."""
+
+
 def cpu_count() -> int:
     """Cores this process may use (respects affinity masks set by SLURM or taskset)."""
     try:
@@ -221,6 +241,7 @@ __all__ = [
     "EnvConfig",
     "LogConfig",
     "ModelConfig",
+    "RunConfig",
     "ThreadsConfig",
     "field",
 ]

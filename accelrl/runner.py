@@ -28,7 +28,7 @@ from accelrl.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from accelrl.collect import ThreadPlan, plan_threads
+from accelrl.collect import ThreadPlan, make_collector, plan_threads
 from accelrl.config import ConfigError, resolve_device, to_dict
 from accelrl.envs import frames_per_step, make_env
 from accelrl.evaluate import evaluate
@@ -90,6 +90,7 @@ class Run:
         self._next_eval = cfg.log.eval_every_frames or None
         self._next_ckpt = cfg.log.checkpoint_every_frames
         self.logger: RunLogger | None = None
+        self._env_spec: dict[str, Any] | None = None
         _setup_console_logging()
         log.info("run dir %s, device %s, %s", self.dir, self.device, self.threads.describe())
 
@@ -168,6 +169,24 @@ class Run:
             every = self.cfg.log.eval_every_frames
             self._next_eval = (self.frames // every + 1) * every
         self._t_start = self._t_batch = time.perf_counter()
+
+    @property
+    def env_spec(self) -> dict[str, Any]:
+        """``obs_key``, ``obs_shape`` and ``num_actions`` of the run's env."""
+        if self._env_spec is None:
+            self._env_spec = describe_env(self.cfg.env)
+        return self._env_spec
+
+    def make_collector(self, policy: torch.nn.Module):
+        """The run's collector (``accelrl.collect.make_collector``) acting with ``policy``."""
+        return make_collector(
+            self.cfg.env,
+            self.cfg.collector,
+            policy,
+            seed=self.collect_seed,
+            plan=self.threads,
+            learner_device=str(self.device),
+        )
 
     @property
     def collect_seed(self) -> int:

@@ -134,7 +134,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--threads", type=int, default=0, help="simulator threads (0: core count)")
     p.add_argument("--seconds", type=float, default=6.0, help="timed seconds per env per size")
     # Short segments pair better: on a shared machine the rate drifts within a second.
-    p.add_argument("--rounds", type=int, default=24, help="interleaved rounds per size")
+    # Short rounds pair better: the machine's speed drifts within a second (0.1 s rounds gave
+    # the tightest paired ratios here).
+    p.add_argument("--rounds", type=int, default=60, help="interleaved rounds per size")
     p.add_argument("--json", default=None, help="write the results to this path")
     p.add_argument("-v", "--verbose", action="store_true", help="print every round")
     args = p.parse_args(argv)

@@ -13,40 +13,25 @@ from dataclasses import dataclass, field
 
 from accelrl.algos.a2c import A2C, A2CConfig, validate_a2c
 from accelrl.cli import run_recipe
-from accelrl.collect import make_collector
 from accelrl.config import (
     CollectorConfig,
     EnvConfig,
-    LogConfig,
-    ModelConfig,
-    ThreadsConfig,
+    RunConfig,
     require_whole_trajectories,
     validate_common,
 )
 from accelrl.models import make_actor_critic
-from accelrl.runner import Run, describe_env
+from accelrl.runner import Run
 
 
 @dataclass
-class Config:
+class Config(RunConfig):
     """A2C on Atari. Frames are emulator frames (agent steps x frameskip), as in the paper."""
 
     env: EnvConfig = field(default_factory=lambda: EnvConfig(num_envs=16))
     a2c: A2CConfig = field(default_factory=A2CConfig)
     collector: CollectorConfig = field(default_factory=lambda: CollectorConfig(frames_per_batch=80))
     """Default batch: 80 agent steps = 16 envs x 5 steps."""
-    model: ModelConfig = field(default_factory=ModelConfig)
-    threads: ThreadsConfig = field(default_factory=ThreadsConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-    total_frames: int = 10_000_000
-    """Emulator frames to train for (agent steps x frameskip)."""
-    device: str = "auto"
-    """Learner device: auto (cuda if available), cpu, cuda, cuda:N."""
-    seed: int = 0
-    run_dir: str | None = None
-    """Folder for config, metrics.csv, TensorBoard events and checkpoints (default runs/...)."""
-    resume: bool = False
-    """Continue the run in --run-dir from its latest checkpoint."""
 
 
 def train(cfg: Config) -> dict:
@@ -56,22 +41,12 @@ def train(cfg: Config) -> dict:
     require_whole_trajectories(cfg.env, "A2C")
     run = Run(cfg, algo="a2c")
 
-    spec = describe_env(cfg.env)
-    model = make_actor_critic(
-        spec["obs_key"], spec["obs_shape"], spec["num_actions"], mlp_hidden=cfg.model.mlp_hidden
-    ).to(run.device)
+    model = make_actor_critic(**run.env_spec, mlp_hidden=cfg.model.mlp_hidden).to(run.device)
     a2c = A2C(model, cfg.a2c, run.device)
     run.attach(policy=a2c.actor, a2c=a2c)
 
     # Every env steps T times with the current policy (actions and values in one forward pass).
-    collector = make_collector(
-        cfg.env,
-        cfg.collector,
-        a2c.policy,
-        seed=run.collect_seed,
-        plan=run.threads,
-        learner_device=str(run.device),
-    )
+    collector = run.make_collector(a2c.policy)
     try:
         for batch in collector:
             run.collected(batch)

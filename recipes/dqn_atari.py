@@ -15,37 +15,24 @@ from dataclasses import dataclass, field, replace
 
 from accelrl.algos.dqn import DQN, DQNConfig, apply_preset, preset_num_envs, validate_dqn
 from accelrl.cli import run_recipe
-from accelrl.collect import make_collector
 from accelrl.config import (
     CollectorConfig,
     EnvConfig,
-    LogConfig,
-    ModelConfig,
-    ThreadsConfig,
+    RunConfig,
     require_whole_trajectories,
     validate_common,
 )
 from accelrl.replay import FrameReplay, ReplayConfig
-from accelrl.runner import Run, describe_env
+from accelrl.runner import Run
 
 
 @dataclass
-class Config:
+class Config(RunConfig):
     """DQN family on Atari. Frames are emulator frames (agent steps x frameskip)."""
 
-    env: EnvConfig = field(default_factory=EnvConfig)
     dqn: DQNConfig = field(default_factory=DQNConfig)
     collector: CollectorConfig = field(default_factory=lambda: CollectorConfig(frames_per_batch=32))
     """Default: 8 envs x 4 steps between update phases."""
-    model: ModelConfig = field(default_factory=ModelConfig)
-    threads: ThreadsConfig = field(default_factory=ThreadsConfig)
-    log: LogConfig = field(default_factory=LogConfig)
-    total_frames: int = 10_000_000
-    """Emulator frames to train for (agent steps x frameskip)."""
-    device: str = "auto"
-    seed: int = 0
-    run_dir: str | None = None
-    resume: bool = False
 
 
 def resolve(cfg: Config) -> Config:
@@ -68,7 +55,7 @@ def train(cfg: Config) -> dict:
     require_whole_trajectories(cfg.env, "the replay's n-step targets")
     run = Run(cfg, algo="dqn")
 
-    spec = describe_env(cfg.env)
+    spec = run.env_spec
     dqn = DQN(
         cfg.dqn,
         obs_key=spec["obs_key"],
@@ -101,14 +88,7 @@ def train(cfg: Config) -> dict:
     per_batch = cfg.dqn.training_intensity * cfg.collector.frames_per_batch / cfg.dqn.batch_size
     credit = 0.0
 
-    collector = make_collector(
-        cfg.env,
-        cfg.collector,
-        dqn.policy,
-        seed=run.collect_seed,
-        plan=run.threads,
-        learner_device=str(run.device),
-    )
+    collector = run.make_collector(dqn.policy)
     try:
         for batch in collector:
             run.collected(batch)
