@@ -188,6 +188,23 @@ class Run:
             learner_device=str(self.device),
         )
 
+    def train_on_policy(self, learner: Any) -> dict[str, Any]:
+        """The on-policy loop: collect ``frames_per_batch`` agent steps from every simulator
+        with the current policy, ``learner.update`` on them, send the new weights to the
+        collector's workers; until ``total_frames``. Returns ``finish()``'s summary."""
+        collector = self.make_collector(learner.policy)
+        try:
+            for batch in collector:
+                self.collected(batch)
+                metrics = learner.update(batch, progress=self.progress)
+                collector.update_policy_weights_()
+                self.updated(metrics)
+                if self.done:
+                    break
+        finally:
+            collector.shutdown()
+        return self.finish()
+
     @property
     def collect_seed(self) -> int:
         """Simulator seed for this (re)start: resumed runs play new episodes, not replays."""

@@ -45,20 +45,10 @@ def train(cfg: Config) -> dict:
     a2c = A2C(model, cfg.a2c, run.device)
     run.attach(policy=a2c.actor, a2c=a2c)
 
-    # Every env steps T times with the current policy (actions and values in one forward pass).
-    collector = run.make_collector(a2c.policy)
-    try:
-        for batch in collector:
-            run.collected(batch)
-            # n-step returns (or GAE), then one gradient step on the whole batch.
-            metrics = a2c.update(batch, progress=run.progress)
-            collector.update_policy_weights_()
-            run.updated(metrics)
-            if run.done:
-                break
-    finally:
-        collector.shutdown()
-    return run.finish()
+    # Each iteration: every simulator steps T times with the current policy (one batched forward
+    # pass gives all actions and state values), then n-step returns (or GAE) and one gradient
+    # step on the whole batch (``A2C.update``).
+    return run.train_on_policy(a2c)
 
 
 if __name__ == "__main__":

@@ -46,21 +46,10 @@ def train(cfg: Config) -> dict:
     ppo = PPO(model, cfg.ppo, run.device)
     run.attach(policy=ppo.actor, ppo=ppo)
 
-    # N simulators per worker step together; one batched forward pass gives all their actions
-    # and state values.
-    collector = run.make_collector(ppo.policy)
-    try:
-        for batch in collector:
-            run.collected(batch)
-            # GAE over the batch, then epochs x minibatches of clipped policy/value updates.
-            metrics = ppo.update(batch, progress=run.progress)
-            collector.update_policy_weights_()
-            run.updated(metrics)
-            if run.done:
-                break
-    finally:
-        collector.shutdown()
-    return run.finish()
+    # Each iteration: every simulator steps T times with the current policy (one batched forward
+    # pass gives all actions and state values), then GAE over the batch and epochs x minibatches
+    # of clipped policy/value updates (``PPO.update``).
+    return run.train_on_policy(ppo)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,9 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.modules import ActorValueOperator
 from torchrl.objectives import A2CLoss
-from torchrl.objectives.value import GAE
 
 from accelrl.algos.common import (
+    ActorCriticLearner,
     advantages,
     explained_variance,
     gradient_step,
@@ -64,21 +64,12 @@ def validate_a2c(cfg: A2CConfig, prefix: str = "a2c") -> None:
             raise ConfigError(f"{prefix}.{name}", value, "must be in [0, 1]")
 
 
-class A2C:
-    """Owns the loss, the return estimator and the optimizer; ``update`` takes one step a batch.
-
-    Collect with ``self.policy`` (action, log-prob and state value in one trunk pass);
-    ``self.actor`` is the policy alone.
-    """
+class A2C(ActorCriticLearner):
+    """A2C's loss and RMSprop (or Adam) over the actor-critic; one gradient step a batch."""
 
     def __init__(self, model: ActorValueOperator, cfg: A2CConfig, device: torch.device) -> None:
+        super().__init__(model, device, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
         self.cfg = cfg
-        self.device = device
-        self.policy = model
-        self.actor = model.get_policy_operator()
-        self.critic = model.get_value_operator()
-        # Heads only: ``update`` runs the shared trunk once (see PPO).
-        self.trunk = model.module[0]
         self.loss = A2CLoss(
             model.get_policy_head(),
             model.get_value_head(),
@@ -86,11 +77,6 @@ class A2C:
             critic_coeff=cfg.value_coef,
             loss_critic_type="l2",
         )
-        self.returns = GAE(
-            gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=None, average_gae=False
-        )
-        self.returns.set_keys(done="gae_done", terminated="gae_terminated")
-        self.params = list(model.parameters())
         if cfg.optimizer == "rmsprop":
             self.optimizer = torch.optim.RMSprop(
                 self.params, lr=cfg.lr, alpha=cfg.rms_alpha, eps=cfg.eps
@@ -109,7 +95,7 @@ class A2C:
         flat = advantages(
             batch,
             self.critic,
-            self.returns,
+            self.estimator,
             device=self.device,
             life_loss=self.cfg.life_loss_boundary,
         )
@@ -127,10 +113,3 @@ class A2C:
             ),
             "train/lr": lr,
         }
-
-    def state_dict(self) -> dict:
-        return {"loss": self.loss.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.loss.load_state_dict(state["loss"])
-        self.optimizer.load_state_dict(state["optimizer"])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
+from torchrl.modules import ActorValueOperator
+from torchrl.objectives.value import GAE
 
 
 def mark_boundaries(batch: TensorDictBase, life_loss: bool) -> None:
@@ -110,3 +112,38 @@ def loss_metrics(out: TensorDictBase, total: torch.Tensor) -> dict[str, torch.Te
         "loss/total": total,
         "train/entropy": out.get("entropy", zero),
     }
+
+
+class ActorCriticLearner:
+    """What PPO and A2C share: the actor-critic's parts, the return estimator, checkpoint state.
+
+    Collect with ``self.policy`` (the whole actor-critic: action, log-prob and state value in
+    one trunk pass); ``self.actor`` is the policy alone (evaluation). Subclasses build
+    ``self.loss`` over the policy and value *heads* and ``self.optimizer`` over ``self.params``.
+    """
+
+    loss: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+
+    def __init__(
+        self, model: ActorValueOperator, device: torch.device, *, gamma: float, lmbda: float
+    ) -> None:
+        self.device = device
+        self.policy = model
+        self.actor = model.get_policy_operator()
+        self.critic = model.get_value_operator()
+        # Losses get the heads; updates run the shared trunk once per minibatch (writing
+        # ``hidden`` with gradients) instead of once in each of the actor and the critic. Both
+        # losses' gradients reach the trunk through ``hidden``.
+        self.trunk = model.module[0]
+        self.params = list(model.parameters())
+        # Values come from collection (see ``fill_values``), so GAE runs no network itself.
+        self.estimator = GAE(gamma=gamma, lmbda=lmbda, value_network=None, average_gae=False)
+        self.estimator.set_keys(done="gae_done", terminated="gae_terminated")
+
+    def state_dict(self) -> dict:
+        return {"loss": self.loss.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.loss.load_state_dict(state["loss"])
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -13,9 +13,9 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.modules import ActorValueOperator
 from torchrl.objectives import ClipPPOLoss
-from torchrl.objectives.value import GAE
 
 from accelrl.algos.common import (
+    ActorCriticLearner,
     advantages,
     explained_variance,
     gradient_step,
@@ -72,23 +72,12 @@ def validate_ppo(cfg: PPOConfig, frames_per_batch: int, prefix: str = "ppo") -> 
         )
 
 
-class PPO:
-    """Owns the loss, the advantage estimator and the optimizer; ``update`` runs one PPO phase.
-
-    Collect with ``self.policy`` (the full actor-critic: action, log-prob and state value in one
-    trunk pass); ``self.actor`` is the policy alone (evaluation).
-    """
+class PPO(ActorCriticLearner):
+    """PPO's loss and Adam over the actor-critic; ``update`` runs one PPO phase on a batch."""
 
     def __init__(self, model: ActorValueOperator, cfg: PPOConfig, device: torch.device) -> None:
+        super().__init__(model, device, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
         self.cfg = cfg
-        self.device = device
-        self.policy = model
-        self.actor = model.get_policy_operator()
-        self.critic = model.get_value_operator()
-        # The loss gets the policy and value *heads*; ``update`` runs the shared trunk once per
-        # minibatch (writing ``hidden`` with gradients) instead of once in each of the actor
-        # and the critic. Both losses' gradients reach the trunk through ``hidden``.
-        self.trunk = model.module[0]
         self.loss = ClipPPOLoss(
             model.get_policy_head(),
             model.get_value_head(),
@@ -100,10 +89,6 @@ class PPO:
             normalize_advantage=cfg.normalize_advantage,
             clip_value=cfg.clip_value,
         )
-        # Values come from collection (see ``fill_values``), so GAE runs no network itself.
-        self.gae = GAE(gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=None, average_gae=False)
-        self.gae.set_keys(done="gae_done", terminated="gae_terminated")
-        self.params = list(model.parameters())
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, eps=cfg.adam_eps)
 
     def schedule(self, progress: float) -> tuple[float, float]:
@@ -119,7 +104,11 @@ class PPO:
         set_lr(self.optimizer, lr)
         self.loss.clip_epsilon.fill_(clip)
         flat = advantages(
-            batch, self.critic, self.gae, device=self.device, life_loss=self.cfg.life_loss_boundary
+            batch,
+            self.critic,
+            self.estimator,
+            device=self.device,
+            life_loss=self.cfg.life_loss_boundary,
         )
         n = flat.numel()
         size = n // self.cfg.minibatches
@@ -150,10 +139,3 @@ class PPO:
         metrics["train/lr"] = lr
         metrics["train/clip_epsilon"] = clip
         return metrics
-
-    def state_dict(self) -> dict:
-        return {"loss": self.loss.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.loss.load_state_dict(state["loss"])
-        self.optimizer.load_state_dict(state["optimizer"])
