@@ -94,7 +94,7 @@ def test_update_from_replay_moves_weights_and_returns_priorities(flags):
     replay.update_priority(sample["index"], priority)
     assert priority.shape == (32,) and (priority >= 0).all()
     assert all(math.isfinite(v) for v in metrics.values())
-    assert any(not torch.equal(a, b) for a, b in zip(before, dqn.greedy.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(before, dqn.greedy.parameters(), strict=True))
 
 
 def small_dqn_config(run_dir, total_frames: int, **dqn) -> Config:
