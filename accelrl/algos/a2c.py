@@ -25,6 +25,7 @@ from accelrl.algos.common import (
     total_loss,
 )
 from accelrl.config import ConfigError, check_positive
+from accelrl.optim import RMSpropTF
 
 
 @dataclass
@@ -32,6 +33,7 @@ class A2CConfig:
     """A2C hyperparameters; defaults are the paper's Atari settings (RMSprop, lr 7e-4)."""
 
     optimizer: Literal["rmsprop", "adam"] = "rmsprop"
+    """rmsprop: TensorFlow's form (``accelrl.optim.RMSpropTF``), as the paper's settings assume."""
     lr: float = 7e-4
     anneal_lr: bool = True
     """Decay the learning rate linearly to 0 over total_frames (as OpenAI baselines' A2C)."""
@@ -78,9 +80,7 @@ class A2C(ActorCriticLearner):
             loss_critic_type="l2",
         )
         if cfg.optimizer == "rmsprop":
-            self.optimizer = torch.optim.RMSprop(
-                self.params, lr=cfg.lr, alpha=cfg.rms_alpha, eps=cfg.eps
-            )
+            self.optimizer = RMSpropTF(self.params, lr=cfg.lr, alpha=cfg.rms_alpha, eps=cfg.eps)
         else:
             self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, eps=cfg.eps)
 
