@@ -2,7 +2,9 @@
 episode bookkeeping, logging, evaluation and checkpoints.
 
 A recipe creates a ``Run`` from its validated config, ``attach``-es its model and learner (which
-resumes them when asked), then per batch calls ``collected(batch)`` and ``updated(metrics)``.
+resumes them when asked), then either hands the learner to ``train_on_policy`` (PPO, A2C) or
+runs its own loop over ``make_collector(policy)`` calling ``collected(batch)`` and
+``updated(metrics)`` per batch and ``finish()`` at the end (DQN, with its replay).
 """
 
 from __future__ import annotations
