@@ -104,3 +104,31 @@ def test_gym_backend_and_collector_workers_train(tmp_path):
     cfg.log.eval_episodes = 0
     summary = train(cfg)
     assert summary["frames"] == 1024 and summary["updates"] == 2
+
+
+@pytest.mark.slow
+def test_a2c_and_dqn_atari_runs_write_run_dirs_and_resume(tmp_path):
+    from accelrl.algos.dqn import DQNConfig
+    from recipes import a2c_atari, dqn_atari
+
+    a2c = a2c_atari.Config(total_frames=1280, run_dir=str(tmp_path / "a2c"))
+    a2c.env.num_envs = 4
+    a2c.collector.frames_per_batch = 20
+    dqn = dqn_atari.Config(total_frames=1024, run_dir=str(tmp_path / "dqn"))
+    dqn.env.num_envs = 4
+    dqn.collector.frames_per_batch = 16
+    dqn.dqn = DQNConfig(batch_size=16, learning_starts=256, replay_capacity=1024)
+    for module, cfg in [(a2c_atari, a2c), (dqn_atari, dqn)]:
+        cfg.log.progress = False
+        cfg.log.eval_episodes = 0
+        cfg.log.checkpoint_every_frames = 512
+        first = module.train(cfg)
+        run = tmp_path / first["run_dir"].rsplit("/", 1)[-1]
+        for name in ["config.json", "metrics.csv", "episodes.csv", "summary.json"]:
+            assert (run / name).is_file(), (module.__name__, name)
+        cfg.total_frames += 8 * cfg.collector.frames_per_batch * cfg.env.frameskip
+        cfg.resume = True
+        second = module.train(cfg)
+        assert second["frames"] == cfg.total_frames, module.__name__
+        frames = [int(r["frames"]) for r in read_rows(run / "metrics.csv")]
+        assert frames == sorted(set(frames)), "no duplicated rows after resume"
