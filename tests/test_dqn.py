@@ -141,3 +141,62 @@ def test_atari_rainbow_run_with_memmap_replay(tmp_path):
     summary = train(cfg)
     assert summary["frames"] == 2048
     assert any((tmp_path / "replay").iterdir()), "replay frames live in the memmap folder"
+
+
+def cartpole_learning_config(run_dir, seed: int, **flags) -> Config:
+    """DQN on CartPole at a 100k-step budget (lr 2.5e-4, batch 64, target copy every 256
+    updates, training intensity 8, 256x256 MLP)."""
+    cfg = Config(total_frames=100_000, seed=seed, run_dir=str(run_dir))
+    cfg.env.game = "CartPole-v1"
+    cfg.env.num_envs = 8
+    cfg.collector.frames_per_batch = 256
+    cfg.model.mlp_hidden = (256, 256)
+    cfg.dqn = DQNConfig(
+        lr=2.5e-4,
+        batch_size=64,
+        replay_capacity=100_000,
+        learning_starts=1000,
+        eps_end=0.04,
+        eps_decay_frames=10_000,
+        target_update_interval=256,
+        training_intensity=8,
+        **flags,
+    )
+    cfg.log.progress = False
+    cfg.log.tensorboard = False
+    cfg.log.eval_episodes = 4
+    return cfg
+
+
+def first_episodes_mean(run_dir, n: int = 100) -> float:
+    import csv
+
+    rows = list(csv.DictReader(open(run_dir / "episodes.csv")))[:n]
+    return sum(float(r["return"]) for r in rows) / len(rows)
+
+
+CARTPOLE = [
+    # (flags, minimum last-100 mean at 100k steps). Seeds 0, 1, 2 reached: plain 304/315/123,
+    # double+dueling 119/259/166, prioritized+3-step 323/348/270, C51 197/160/111, rainbow
+    # 221/284/126 (first 100 episodes: 19-31). The thresholds sit below the worst seed; none of
+    # these settings solves CartPole (>= 475) within 100k steps yet (README).
+    ({}, 100),
+    ({"double": True, "dueling": True}, 90),
+    ({"prioritized": True, "n_step": 3}, 200),
+    ({"distributional": True, "v_min": 0.0, "v_max": 100.0}, 90),
+    ({"preset": "rainbow", "v_min": 0.0, "v_max": 100.0}, 100),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "flags,minimum",
+    CARTPOLE,
+    ids=["dqn", "double-dueling", "prioritized-nstep", "distributional", "rainbow"],
+)
+def test_dqn_variants_learn_cartpole(tmp_path, flags, minimum):
+    run = tmp_path / "run"
+    summary = train(cartpole_learning_config(run, seed=0, **flags))
+    # Returns rise from the random policy's ~22 (first 100 episodes) to the threshold.
+    assert first_episodes_mean(run) < 60
+    assert summary["mean_return_100"] >= minimum, summary
