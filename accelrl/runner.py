@@ -289,9 +289,8 @@ class Run:
         """Final evaluation and checkpoint; returns the run's summary."""
         elapsed = time.perf_counter() - self._t_start
         evals = self.evaluate() if self.cfg.log.eval_episodes else {}
-        if not list_checkpoints(self.dir) or list_checkpoints(self.dir)[-1].stem != (
-            f"ckpt_{self.frames:012d}"
-        ):
+        saved = list_checkpoints(self.dir)
+        if not saved or saved[-1].stem != f"ckpt_{self.frames:012d}":
             self.checkpoint()
         summary = {
             "frames": self.frames,
