@@ -82,7 +82,7 @@ def train(cfg: Config) -> dict:
         life_loss_boundary=cfg.dqn.life_loss_boundary,
         device=run.device,
     )
-    run.attach(policy=dqn.greedy, dqn=dqn)
+    run.attach(policy=dqn.eval_policy, dqn=dqn)
     # After a resume the replay refills: updates wait for learning_starts new frames.
     learning_starts = run.frames + cfg.dqn.learning_starts
     per_batch = cfg.dqn.training_intensity * cfg.collector.frames_per_batch / cfg.dqn.batch_size

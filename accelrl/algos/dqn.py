@@ -143,7 +143,8 @@ def validate_dqn(cfg: DQNConfig, prefix: str = "dqn") -> None:
 class DQN:
     """Owns the Q-network, its target, the loss and the optimizer.
 
-    ``self.policy`` (epsilon-greedy over the Q-network) collects; ``self.greedy`` evaluates;
+    ``self.policy`` (epsilon-greedy over the Q-network) collects; ``self.eval_policy`` evaluates
+    (greedy, or eps-greedy at ``eval_eps`` for sampled episodes);
     ``update(sample)`` takes one gradient step and returns per-sample priorities.
     """
 
@@ -187,6 +188,10 @@ class DQN:
         # (DQNLoss through its TD(0) estimator) then bootstrap with gamma**k.
         self.explore = EGreedyModule(spec, eps_init=cfg.eps_start, eps_end=cfg.eps_start)
         self.policy = TensorDictSequential(self.greedy, self.explore)
+        # Evaluation: greedy episodes ignore epsilon; "sampled" ones act eps-greedy at eval_eps.
+        self.eval_policy = TensorDictSequential(
+            self.greedy, EGreedyModule(spec, eps_init=cfg.eval_eps, eps_end=cfg.eval_eps)
+        )
         if cfg.tau > 0:
             self.target = SoftUpdate(self.loss, tau=cfg.tau)
         else:
