@@ -1,9 +1,11 @@
 """Collector factory and the thread budget every process follows.
 
-``make_collector`` builds TorchRL's ``Collector`` (simulators in the learner process) or
-``MultiSyncCollector`` (``num_workers`` processes, each stepping its own batch of simulators with
-batched inference for all of them), with separate env / policy / storing devices: on a GPU
-machine each worker runs inference for its simulators on the GPU while they step on CPU threads.
+``make_collector`` builds the collector ``CollectorConfig.kind`` names: TorchRL's ``Collector``
+(simulators in the learner process) or ``MultiSyncCollector`` (``num_workers`` processes, each
+stepping its own batch of simulators with batched inference for all of them), the alternating
+sampler, ``MultiAsyncCollector``, or the batched inference server (``accelrl.samplers``), with
+separate env / policy / storing devices: on a GPU machine each worker runs inference for its
+simulators on the GPU while they step on CPU threads.
 """
 
 from __future__ import annotations
@@ -11,14 +13,15 @@ from __future__ import annotations
 import functools
 import logging
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
-from torchrl.collectors import Collector, MultiSyncCollector
+from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
 from torchrl.envs import EnvBase
 
 from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig, cpu_count, resolve_device
 from accelrl.envs import make_env
+from accelrl.samplers import AlternatingCollector, BatchedInferenceCollector
 
 log = logging.getLogger("accelrl")
 
@@ -75,12 +78,22 @@ def make_collector(
     seed: int,
     plan: ThreadPlan,
     learner_device: str,
-) -> Collector | MultiSyncCollector:
-    """An endless collector yielding batches of ``cfg.frames_per_batch`` agent steps.
+    start_version: int = 0,
+):
+    """An endless collector of ``cfg.kind`` yielding batches of agent steps, time last.
 
-    Batches are ``[envs, T]`` with no workers and ``[workers, envs, T]`` with workers (time last).
+    - sync: ``[envs, T]`` (no workers, TorchRL ``Collector``) or ``[workers, envs, T]``
+      (``MultiSyncCollector``), ``cfg.frames_per_batch`` steps in all.
+    - alternating: ``[envs, T]`` from two halves of the simulators that take turns with the
+      policy (``accelrl.samplers.AlternatingCollector``).
+    - async: ``[envs, T]`` of ``cfg.frames_per_batch`` steps from whichever worker finished
+      first (``MultiAsyncCollector``); wrap ``policy`` in a ``VersionStamp`` to measure lag.
+    - batched: ``[envs x workers, T]``, every simulator in its own slot, one inference server
+      (``accelrl.samplers.BatchedInferenceCollector``); carries ``policy_version`` from
+      ``start_version`` on.
+
     Worker ``i`` seeds its simulators from ``seed + i * num_envs``. After each update call
-    ``collector.update_policy_weights_()`` so workers act with the new weights.
+    ``collector.update_policy_weights_()`` so the acting weights follow the learner's.
     """
     policy_device = (
         learner_device if cfg.policy_device == "auto" else resolve_device(cfg.policy_device)
@@ -88,6 +101,34 @@ def make_collector(
     storing_device = (
         learner_device if cfg.storing_device == "auto" else resolve_device(cfg.storing_device)
     )
+    if cfg.kind == "alternating":
+        half = replace(env_cfg, num_envs=env_cfg.num_envs // 2)
+        group_plan = replace(plan, sim_threads=max(1, plan.sim_threads // 2))
+
+        def make_group(g: int) -> EnvBase:
+            return env_factory(half, seed + g * half.num_envs, group_plan, in_worker=False)()
+
+        return AlternatingCollector(
+            make_group,
+            policy,
+            frames_per_batch=cfg.frames_per_batch,
+            policy_device=policy_device,
+            storing_device=storing_device,
+        )
+    if cfg.kind == "batched":
+        workers = max(1, cfg.num_workers)
+        one = replace(env_cfg, num_envs=1)
+        sims = env_cfg.num_envs * workers
+        single_plan = replace(plan, sim_threads=1)
+        return BatchedInferenceCollector(
+            [env_factory(one, seed + i, single_plan, in_worker=True) for i in range(sims)],
+            policy,
+            frames_per_batch=cfg.frames_per_batch,
+            envs_per_worker=env_cfg.num_envs,
+            policy_device=policy_device,
+            storing_device=storing_device,
+            start_version=start_version,
+        )
     common = dict(
         frames_per_batch=cfg.frames_per_batch,
         total_frames=-1,
@@ -108,4 +149,6 @@ def make_collector(
             env_factory(env_cfg, seed + i * env_cfg.num_envs, plan, in_worker=True)
             for i in range(cfg.num_workers)
         ]
+        if cfg.kind == "async":
+            return MultiAsyncCollector(factories, policy, **common)
         return MultiSyncCollector(factories, policy, cat_results="stack", **common)

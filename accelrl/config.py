@@ -65,12 +65,25 @@ class ThreadsConfig:
 class CollectorConfig:
     """How experience is gathered: processes, batch layout and devices."""
 
+    kind: Literal["sync", "alternating", "async", "batched"] = "sync"
+    """sync: every simulator steps, then one batched forward pass acts for all (TorchRL's
+    Collector, or MultiSyncCollector with workers). alternating: two halves of num_envs take
+    turns, one steps while the policy acts for the other (in-process, ale_vec). async: worker
+    processes keep collecting with the weights they have while the learner updates
+    (MultiAsyncCollector; needs num_workers >= 1; batches lag the learner by up to
+    max_policy_lag updates). batched: every simulator in its own slot of num_workers processes,
+    one inference server in the learner process batches their requests (TorchRL's
+    AsyncBatchedCollector, the paper's action server)."""
     num_workers: int = 0
-    """0 collects in the learner process; N >= 1 runs N worker processes (MultiSyncCollector),
-    each with its own num_envs simulators and policy copy."""
+    """0 collects in the learner process; N >= 1 runs N worker processes, each with its own
+    num_envs simulators (sync, async: and its own policy copy)."""
     frames_per_batch: int = 1024
     """Agent steps per batch over all workers and envs (TorchRL's frames_per_batch); must be a
-    multiple of num_envs x max(1, num_workers)."""
+    multiple of num_envs x max(1, num_workers). With kind async each batch comes from one
+    worker: a multiple of num_envs."""
+    max_policy_lag: int = 4
+    """async, batched: a batch whose oldest step was taken by weights more than this many
+    updates behind the learner's is dropped (and counted in perf/dropped_frames)."""
     env_device: str = "cpu"
     policy_device: str = "auto"
     """Where each worker runs inference; auto: cuda when available and the learner is on cuda."""
@@ -203,6 +216,44 @@ def require_whole_trajectories(env: EnvConfig, algo: str) -> None:
         )
 
 
+def validate_collector_kind(env: EnvConfig, c: CollectorConfig) -> None:
+    """Combinations of ``collector.kind`` with workers, envs and backends that cannot work."""
+    kinds = ("sync", "alternating", "async", "batched")
+    if c.kind not in kinds:
+        raise ConfigError("collector.kind", c.kind, f"must be one of {', '.join(kinds)}")
+    if c.kind != "sync" and env.async_batch_size:
+        raise ConfigError(
+            "env.async_batch_size",
+            env.async_batch_size,
+            f"ale-py's async mode only works with collector.kind sync, not {c.kind}",
+        )
+    if c.kind == "alternating":
+        if c.num_workers:
+            raise ConfigError(
+                "collector.num_workers",
+                c.num_workers,
+                "collector.kind alternating runs in the learner process; use 0",
+            )
+        if env.num_envs < 2 or env.num_envs % 2:
+            raise ConfigError(
+                "env.num_envs",
+                env.num_envs,
+                "collector.kind alternating splits the simulators in two halves: use an even "
+                "number >= 2",
+            )
+    if c.kind == "async" and c.num_workers < 1:
+        raise ConfigError(
+            "collector.num_workers",
+            c.num_workers,
+            "collector.kind async collects in worker processes: use 1 or more (2+ to overlap "
+            "several workers)",
+        )
+    if c.kind == "batched" and env.backend != "ale_vec":
+        raise ConfigError(
+            "env.backend", env.backend, "collector.kind batched runs simulators with ale_vec"
+        )
+
+
 def validate_common(cfg: Any) -> None:
     """Checks the sections every recipe shares (env, collector, threads, log, top-level)."""
     validate_env(cfg.env)
@@ -211,12 +262,18 @@ def validate_common(cfg: Any) -> None:
     c = cfg.collector
     check_positive("collector.num_workers", c.num_workers, zero_ok=True)
     check_positive("collector.frames_per_batch", c.frames_per_batch)
-    envs = cfg.env.num_envs * max(1, c.num_workers)
+    check_positive("collector.max_policy_lag", c.max_policy_lag, zero_ok=True)
+    validate_collector_kind(cfg.env, c)
+    if c.kind == "async":
+        envs, what = cfg.env.num_envs, "env.num_envs (each async batch comes from one worker)"
+    else:
+        envs = cfg.env.num_envs * max(1, c.num_workers)
+        what = "env.num_envs x max(1, collector.num_workers)"
     if c.frames_per_batch % envs:
         raise ConfigError(
             "collector.frames_per_batch",
             c.frames_per_batch,
-            f"must be a multiple of env.num_envs x max(1, collector.num_workers) = {envs}",
+            f"must be a multiple of {what} = {envs}",
         )
     for name in ("env_device", "policy_device", "storing_device"):
         check_device(f"collector.{name}", getattr(c, name))

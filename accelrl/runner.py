@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 from tensordict import TensorDictBase
+from tensordict.nn import TensorDictSequential
 
 from accelrl.checkpoint import (
     capture_rng,
@@ -35,6 +36,7 @@ from accelrl.config import ConfigError, resolve_device, to_dict
 from accelrl.envs import frames_per_step, make_env
 from accelrl.evaluate import evaluate
 from accelrl.logging import RunLogger
+from accelrl.samplers import VersionStamp, policy_lag
 
 log = logging.getLogger("accelrl")
 
@@ -93,6 +95,9 @@ class Run:
         self._next_ckpt = cfg.log.checkpoint_every_frames
         self.logger: RunLogger | None = None
         self._env_spec: dict[str, Any] | None = None
+        self._stamp: VersionStamp | None = None
+        self._lag: dict[str, float] = {}
+        self.dropped_frames = 0
         _setup_console_logging()
         log.info("run dir %s, device %s, %s", self.dir, self.device, self.threads.describe())
 
@@ -180,7 +185,16 @@ class Run:
         return self._env_spec
 
     def make_collector(self, policy: torch.nn.Module):
-        """The run's collector (``accelrl.collect.make_collector``) acting with ``policy``."""
+        """The run's collector (``accelrl.collect.make_collector``) acting with ``policy``.
+
+        Asynchronous kinds label every step with the version (learner update count) of the
+        weights that took it; call ``sync_weights(collector)`` after each update.
+        """
+        kind = self.cfg.collector.kind
+        self._stamp = None
+        if kind == "async":
+            self._stamp = VersionStamp(self.updates).to(self.device)
+            policy = TensorDictSequential(policy, self._stamp)
         return make_collector(
             self.cfg.env,
             self.cfg.collector,
@@ -188,19 +202,45 @@ class Run:
             seed=self.collect_seed,
             plan=self.threads,
             learner_device=str(self.device),
+            start_version=self.updates,
         )
+
+    def sync_weights(self, collector: Any) -> None:
+        """Send the learner's new weights (and their version) to the collector's actors."""
+        if self._stamp is not None:
+            self._stamp.bump()
+        collector.update_policy_weights_()
+
+    def accept(self, batch: TensorDictBase) -> bool:
+        """Policy lag bookkeeping for asynchronous batches: False (drop it) when the oldest
+        step acted more than ``collector.max_policy_lag`` updates ago."""
+        lag_max, lag_mean = policy_lag(batch, self.updates)
+        self._lag = {"async/policy_lag_max": lag_max, "async/policy_lag_mean": lag_mean}
+        if lag_max > self.cfg.collector.max_policy_lag:
+            self.dropped_frames += batch.numel() * self.frame_skip
+            return False
+        return True
 
     def train_on_policy(self, learner: Any) -> dict[str, Any]:
         """The on-policy loop: collect ``frames_per_batch`` agent steps from every simulator
         with the current policy, ``learner.update`` on them, send the new weights to the
-        collector's workers; until ``total_frames``. Returns ``finish()``'s summary."""
+        collector's workers; until ``total_frames``. Returns ``finish()``'s summary.
+
+        With an asynchronous collector the batch may come from older weights: batches beyond
+        ``max_policy_lag`` are dropped, and values are recomputed with the current critic
+        (the learner sees ``state_value`` only when the acting weights were its own).
+        """
         collector = self.make_collector(learner.policy)
         try:
             for batch in collector:
+                if not self.accept(batch):
+                    continue
+                if self._lag["async/policy_lag_max"] > 0:
+                    batch = batch.exclude("state_value", "hidden")
                 self.collected(batch)
                 metrics = learner.update(batch, progress=self.progress)
-                collector.update_policy_weights_()
-                self.updated(metrics)
+                self.sync_weights(collector)
+                self.updated({**metrics, **self._lag})
                 if self.done:
                     break
         finally:
@@ -247,6 +287,7 @@ class Run:
             "perf/fps": (self.frames - self._frames_at_start) / max(elapsed, 1e-9),
             "perf/collect_s": self._t_collect,
             "perf/update_s": t_update,
+            "perf/dropped_frames": self.dropped_frames,
             "train/updates": self.updates,
         }
         self.logger.log(self.frames, metrics, step=self.updates)

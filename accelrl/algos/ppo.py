@@ -13,6 +13,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.modules import ActorValueOperator
 from torchrl.objectives import ClipPPOLoss
+from torchrl.objectives.value import VTrace
 
 from accelrl.algos.common import (
     ActorCriticLearner,
@@ -52,6 +53,20 @@ class PPOConfig:
     """Treat a lost life as the end of a bootstrap segment (the game goes on)."""
 
 
+@dataclass
+class APPOConfig(PPOConfig):
+    """Asynchronous PPO: PPO's clipped objective on batches that may come from weights up to
+    ``collector.max_policy_lag`` updates old, optionally with V-trace targets."""
+
+    vtrace: bool = False
+    """Advantages and value targets from V-trace (Espeholt et al. 2018), which corrects for
+    the lag with truncated importance weights, instead of GAE."""
+    vtrace_rho_clip: float = 1.0
+    """Truncation of the importance weight in V-trace's temporal differences (rho bar)."""
+    vtrace_c_clip: float = 1.0
+    """Truncation of the importance weights that carry corrections backwards (c bar)."""
+
+
 def validate_ppo(cfg: PPOConfig, frames_per_batch: int, prefix: str = "ppo") -> None:
     check_positive(f"{prefix}.lr", cfg.lr)
     check_positive(f"{prefix}.clip_epsilon", cfg.clip_epsilon)
@@ -64,6 +79,9 @@ def validate_ppo(cfg: PPOConfig, frames_per_batch: int, prefix: str = "ppo") -> 
         value = getattr(cfg, name)
         if not 0.0 <= value <= 1.0:
             raise ConfigError(f"{prefix}.{name}", value, "must be in [0, 1]")
+    if isinstance(cfg, APPOConfig):
+        check_positive(f"{prefix}.vtrace_rho_clip", cfg.vtrace_rho_clip)
+        check_positive(f"{prefix}.vtrace_c_clip", cfg.vtrace_c_clip)
     if frames_per_batch % cfg.minibatches:
         raise ConfigError(
             f"{prefix}.minibatches",
@@ -90,6 +108,19 @@ class PPO(ActorCriticLearner):
             clip_value=cfg.clip_value,
         )
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, eps=cfg.adam_eps)
+        if getattr(cfg, "vtrace", False):
+            # Values come from ``fill_values`` (current critic); V-trace reweighs the returns
+            # by pi / mu, with mu the acting policy's ``action_log_prob``.
+            self.estimator = VTrace(
+                gamma=cfg.gamma,
+                actor_network=self.actor,
+                value_network=None,
+                rho_thresh=cfg.vtrace_rho_clip,
+                c_thresh=cfg.vtrace_c_clip,
+            )
+            self.estimator.set_keys(
+                done="gae_done", terminated="gae_terminated", sample_log_prob="action_log_prob"
+            )
 
     def schedule(self, progress: float) -> tuple[float, float]:
         """(learning rate, clip range) at ``progress`` in [0, 1] of the run's frames."""

@@ -88,7 +88,13 @@ class AleVecEnv(SameStepVectorEnv):
         return obs, info["env_id"], info["lives"]
 
     def _raw_step(self, actions):
+        self._raw_send(actions)
+        return self._raw_recv()
+
+    def _raw_send(self, actions):
         self._vec.ale.send(actions, self._paddle)
+
+    def _raw_recv(self):
         obs, reward, terminated, truncated, info = self._vec.ale.recv()
         return obs, reward, terminated, truncated, info["env_id"], info["lives"], info
 

@@ -129,9 +129,30 @@ class SameStepVectorEnv(EnvBase):
         self._root = {k: torch.from_numpy(v) for k, v in root.items()}
         return self._pack(self._root)
 
+    def _raw_send(self, actions: np.ndarray) -> None:
+        """Start stepping the rows with ``actions``; simulators with a native split step
+        (ale-py) override this and ``_raw_recv`` so the caller can work while they run."""
+        self._sent = actions
+
+    def _raw_recv(
+        self,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, dict]:
+        """Wait for the step started by ``_raw_send``; returns what ``_raw_step`` returns."""
+        return self._raw_step(self._sent)
+
+    def step_send(self, action: torch.Tensor) -> None:
+        """First half of a step: the simulators start stepping with ``action`` ([rows])."""
+        self._raw_send(action.numpy())
+
+    def step_recv(self) -> tuple[TensorDict, TensorDict]:
+        """Second half: (the transition's ``next`` data, the root to act on next)."""
+        return self._complete(*self._raw_recv())
+
     def _advance(self, action: torch.Tensor) -> tuple[TensorDict, TensorDict]:
         """One batched step: the transition's ``next`` data and the root to act on next."""
-        obs, score, terminated, truncated, env_ids, lives, info = self._raw_step(action.numpy())
+        return self._complete(*self._raw_step(action.numpy()))
+
+    def _complete(self, obs, score, terminated, truncated, env_ids, lives, info):
         # Synchronous mode returns every simulator in order: plain views instead of gathers.
         rows = slice(None) if self.rows == self.num_envs else env_ids
         ended = terminated | truncated
