@@ -202,7 +202,7 @@ class BatchedInferenceCollector:
         for s in slot.unique().tolist():
             part = chunk[slot == s]
             self._queues[s].append(part)
-            self._queued[s] += part.numel()
+            self._queued[s] += part.shape[0]
 
     def _emit(self) -> TensorDictBase:
         rows = []
@@ -211,12 +211,13 @@ class BatchedInferenceCollector:
             stream = torch.cat(queue, dim=0) if len(queue) > 1 else queue[0]
             rows.append(stream[: self.steps])
             rest = stream[self.steps :]
-            if rest.numel() > 4 * self.steps:
-                self.dropped += rest.numel() - 4 * self.steps
+            # (A TensorDict's numel() is 1 for an empty batch: count rows with shape[0].)
+            if rest.shape[0] > 4 * self.steps:
+                self.dropped += rest.shape[0] - 4 * self.steps
                 rest = rest[-4 * self.steps :]
                 self.stream_break = True
-            self._queues[s] = [rest] if rest.numel() else []
-            self._queued[s] = rest.numel()
+            self._queues[s] = [rest] if rest.shape[0] else []
+            self._queued[s] = rest.shape[0]
         return torch.stack(rows, dim=0)
 
     def update_policy_weights_(self) -> None:

@@ -14,9 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from accelrl.algos.dqn import DQN, DQNConfig, apply_preset, preset_num_envs, validate_dqn
+from accelrl.async_replay import ReplayFeeder, SyncReplay
 from accelrl.cli import run_recipe
 from accelrl.config import (
     CollectorConfig,
+    ConfigError,
     EnvConfig,
     RunConfig,
     require_whole_trajectories,
@@ -47,12 +49,25 @@ def resolve(cfg: Config) -> Config:
     return replace(cfg, dqn=dqn, env=env, collector=collector)
 
 
-def train(cfg: Config) -> dict:
-    """Train a DQN-family agent; returns final frames, episodes, mean return of the last 100."""
+def validate(cfg: Config) -> None:
+    """Every check, before any simulator or worker starts (presets applied first)."""
     cfg = resolve(cfg)
     validate_common(cfg)
     validate_dqn(cfg.dqn)
     require_whole_trajectories(cfg.env, "the replay's n-step targets")
+    if cfg.collector.kind == "async":
+        raise ConfigError(
+            "collector.kind",
+            "async",
+            "the replay stores every simulator's steps together; use sync, alternating or "
+            "batched (with --dqn.asynchronous to overlap collection and updates)",
+        )
+
+
+def train(cfg: Config) -> dict:
+    """Train a DQN-family agent; returns final frames, episodes, mean return of the last 100."""
+    validate(cfg)
+    cfg = resolve(cfg)
     run = Run(cfg, algo="dqn")
 
     spec = run.env_spec
@@ -83,37 +98,50 @@ def train(cfg: Config) -> dict:
         device=run.device,
     )
     run.attach(policy=dqn.eval_policy, dqn=dqn)
-    # After a resume the replay refills: updates wait for learning_starts new frames.
-    learning_starts = run.frames + cfg.dqn.learning_starts
+    # Updates per collected batch keep replayed / collected samples at the training intensity.
     per_batch = cfg.dqn.training_intensity * cfg.collector.frames_per_batch / cfg.dqn.batch_size
-    credit = 0.0
+    # After a resume the replay refills: updates wait for learning_starts new frames.
+    learning_starts = cfg.dqn.learning_starts // run.frame_skip
 
-    collector = run.make_collector(dqn.policy)
+    if cfg.dqn.asynchronous:
+        # Collection runs in a background thread (own policy copy, weights copied after
+        # updates); the learner waits only when it would replay more than the intensity allows.
+        source = ReplayFeeder(
+            run.make_collector,
+            dqn.policy,
+            replay,
+            intensity=cfg.dqn.training_intensity,
+            frames_per_batch=cfg.collector.frames_per_batch,
+            learning_starts=learning_starts,
+            on_stream_break=replay.restart_streams,
+        )
+    else:
+        source = SyncReplay(run.make_collector(dqn.policy), replay, learning_starts)
+    credit = 0.0
     try:
-        for batch in collector:
-            run.collected(batch)
-            replay.extend(batch)
+        source.start()
+        while not run.done:
+            run.collected(source.wait_batch())
             metrics = {
                 **dqn.no_update_metrics(),
                 "train/epsilon": dqn.epsilon(run.frames),
                 "train/replay": len(replay),
             }
-            # Keep replayed / collected samples at the training intensity.
-            if run.frames >= learning_starts:
+            if source.learning():
                 credit += per_batch
                 while credit >= 1.0:
-                    sample = replay.sample(cfg.dqn.batch_size, beta=dqn.beta(run.progress))
-                    update_metrics, priority = dqn.update(sample)
-                    replay.update_priority(sample.get("index"), priority)
+                    sample = source.sample(cfg.dqn.batch_size, beta=dqn.beta(run.progress))
+                    with source.weights_changing():
+                        update_metrics, priority = dqn.update(sample)
+                    source.update_priority(sample.get("index"), priority)
                     credit -= 1.0
                 metrics.update(update_metrics)
+            metrics["train/replay_ratio"] = source.ratio()
             dqn.set_epsilon(dqn.epsilon(run.frames))
-            collector.update_policy_weights_()
+            source.publish_weights()
             run.updated(metrics)
-            if run.done:
-                break
     finally:
-        collector.shutdown()
+        source.close()
     return run.finish()
 
 

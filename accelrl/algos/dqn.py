@@ -75,6 +75,9 @@ class DQNConfig:
     priority_beta: float = 0.4
     """Importance-sampling exponent, annealed linearly to 1 over the run."""
     life_loss_boundary: bool = True
+    asynchronous: bool = False
+    """Collect into the replay in a background thread while the learner samples from it
+    (``accelrl.async_replay``); a throttle holds replayed / collected at training_intensity."""
 
 
 PRESETS: dict[str, dict] = {
