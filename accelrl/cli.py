@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any, TypeVar
 
 import tyro
 
-from accelrl.config import ConfigError
+from accelrl.config import ConfigError, validate_common
+from accelrl.runner import RunInterrupted
 
 C = TypeVar("C")
 
@@ -34,5 +38,65 @@ def run_recipe(
     except KeyboardInterrupt:
         print("accelrl: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    except RunInterrupted as stop:
+        # SIGTERM / SIGUSR2: the checkpoint is written; exit as the signal would (128 + n).
+        print(f"accelrl: {stop}", file=sys.stderr)
+        raise SystemExit(128 + stop.signum) from None
     print(json.dumps(summary))
     return summary
+
+
+class FlagError(ValueError):
+    """Recipe flags that do not parse; the message is tyro's reason, in one line."""
+
+
+def parse_flags(
+    config_cls: type[C],
+    argv: Sequence[str],
+    *,
+    description: str | None = None,
+    prog: str | None = None,
+) -> C:
+    """Parse ``argv`` into ``config_cls`` without running anything.
+
+    ``-h``/``--help`` prints the help and exits 0, as on the recipe's own command line. Any other
+    parse failure raises ``FlagError`` carrying the one line of tyro's error box that says what
+    is wrong (tyro would print a multi-line box and exit).
+    """
+    argv = list(argv)
+    if "-h" in argv or "--help" in argv:
+        return tyro.cli(config_cls, args=argv, description=description, prog=prog)
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
+            return tyro.cli(config_cls, args=argv, description=description, prog=prog)
+    except SystemExit:
+        raise FlagError(_tyro_reason(captured.getvalue())) from None
+
+
+def _tyro_reason(text: str) -> str:
+    # tyro's box: a title ("Value error"), a rule, the reason, a rule, help hints.
+    rule_chars = set("-\u2500\u2502\u256d\u256e\u2570\u256f ")
+    lines = [line.strip(" \u2502") for line in text.splitlines()]
+    lines = [line for line in lines if line and not set(line) <= rule_chars]
+    return lines[1] if len(lines) > 1 else (lines[0] if lines else "could not parse the flags")
+
+
+def validate_recipe_config(recipe: ModuleType, cfg: Any) -> None:
+    """Run the recipe's checks without training; raises ``ConfigError``.
+
+    That is the recipe's ``validate(cfg)`` when it has one, else the checks every recipe shares
+    (``accelrl.config.validate_common``).
+    """
+    validate = getattr(recipe, "validate", None) or validate_common
+    validate(cfg)
+
+
+def parse_recipe_flags(recipe: ModuleType, argv: Sequence[str], *, prog: str | None = None) -> Any:
+    """The recipe module's ``Config`` from ``argv``, validated, without training.
+
+    Raises ``FlagError`` or ``ConfigError``.
+    """
+    cfg = parse_flags(recipe.Config, argv, description=recipe.__doc__, prog=prog)
+    validate_recipe_config(recipe, cfg)
+    return cfg

@@ -112,6 +112,19 @@ class LogConfig:
 
 
 @dataclass
+class DistConfig:
+    """Data-parallel runs (torchrun or ``python -m slurm.launch``): each rank collects and
+    computes gradients on its own batch; gradients are averaged before every step."""
+
+    lr_scaling: Literal["none", "linear", "sqrt"] = "none"
+    """Scale the recipe's learning rate with the number of ranks N (the global batch is N
+    times one rank's): none keeps it, linear multiplies by N (Goyal et al. 2017's rule for
+    SGD), sqrt by sqrt(N) (a common choice for Adam). Logged at start."""
+    check_sync_every: int = 0
+    """Every this many updates, verify that all ranks hold identical weights (0: never)."""
+
+
+@dataclass
 class RunConfig:
     """Sections and run-level fields every recipe's ``Config`` shares (recipes add theirs)."""
 
@@ -120,6 +133,7 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     threads: ThreadsConfig = field(default_factory=ThreadsConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
     total_frames: int = 10_000_000
     """Emulator frames to train for (agent steps x frameskip), as in the paper."""
     device: str = "auto"
@@ -283,6 +297,9 @@ def validate_common(cfg: Any) -> None:
     check_positive("log.eval_episodes", cfg.log.eval_episodes, zero_ok=True)
     check_positive("log.checkpoint_every_frames", cfg.log.checkpoint_every_frames)
     check_positive("log.keep_checkpoints", cfg.log.keep_checkpoints)
+    if cfg.dist.lr_scaling not in ("none", "linear", "sqrt"):
+        raise ConfigError("dist.lr_scaling", cfg.dist.lr_scaling, "must be none, linear or sqrt")
+    check_positive("dist.check_sync_every", cfg.dist.check_sync_every, zero_ok=True)
     if cfg.run_dir is not None and os.path.exists(cfg.run_dir) and not os.path.isdir(cfg.run_dir):
         raise ConfigError("run_dir", cfg.run_dir, "is a file; give a folder path")
 
@@ -295,6 +312,7 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 __all__ = [
     "CollectorConfig",
     "ConfigError",
+    "DistConfig",
     "EnvConfig",
     "LogConfig",
     "ModelConfig",

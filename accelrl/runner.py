@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import random
+import signal
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +27,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictSequential
 
+from accelrl import distributed
 from accelrl.checkpoint import (
     capture_rng,
     list_checkpoints,
@@ -32,7 +36,7 @@ from accelrl.checkpoint import (
     save_checkpoint,
 )
 from accelrl.collect import ThreadPlan, make_collector, plan_threads
-from accelrl.config import ConfigError, resolve_device, to_dict
+from accelrl.config import ConfigError, cpu_count, resolve_device, to_dict
 from accelrl.envs import frames_per_step, make_env
 from accelrl.evaluate import evaluate
 from accelrl.logging import RunLogger
@@ -68,25 +72,65 @@ def describe_env(env_cfg) -> dict[str, Any]:
         env.close()
 
 
+class RunInterrupted(Exception):
+    """The run stopped on SIGTERM / SIGUSR2 after writing a checkpoint."""
+
+    def __init__(self, signum: int, frames: int, checkpoint: Path | None) -> None:
+        self.signum, self.frames, self.checkpoint = signum, frames, checkpoint
+        name = signal.Signals(signum).name
+        super().__init__(
+            f"stopped by {name} at {frames} frames; checkpoint {checkpoint}; continue with "
+            "--resume and the same --run-dir"
+        )
+
+
+class NullLogger:
+    """What ranks other than 0 log to: nothing."""
+
+    episodes_seen = 0
+
+    def episodes(self, *args: Any) -> None: ...
+    def log(self, *args: Any, **kwargs: Any) -> None: ...
+    def eval(self, *args: Any) -> None: ...
+    def close(self) -> None: ...
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None: ...
+    def mean_return(self, n: int) -> float:
+        return float("nan")
+
+
 class Run:
     """One training run: its folder, counters, logger and checkpoints."""
 
     def __init__(self, cfg: Any, algo: str) -> None:
         self.cfg = cfg
         self.algo = algo
-        self.dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(algo, cfg.env.game)
+        # Data-parallel runs (torchrun / SLURM): join the group; one rank alone writes.
+        self.dist = distributed.init_from_environment()
+        run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(algo, cfg.env.game)
+        self.dir = Path(distributed.gather_objects(str(run_dir))[0])
         self._check_resume_target()
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.device = torch.device(resolve_device(cfg.device))
-        self.threads: ThreadPlan = plan_threads(cfg.threads, cfg.collector.num_workers)
+        if self.dist.is_main:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        self.device = torch.device(distributed.rank_device(resolve_device(cfg.device)))
+        self.threads: ThreadPlan = plan_threads(
+            cfg.threads, cfg.collector.num_workers, cores=self._cores_per_rank()
+        )
         torch.set_num_threads(self.threads.learner_torch)
         self.frame_skip = frames_per_step(cfg.env)
         self.frames = 0
         self.updates = 0
         self.components: dict[str, Stateful] = {}
         self.policy: torch.nn.Module | None = None
-        self._write_config()
+        self._scale_learning_rate()
+        if self.dist.is_main:
+            self._write_config()
         seed_everything(cfg.seed)
+        self._stop_signal: int | None = None
+        self._previous_handlers: dict[int, Any] = {}
+        self._install_signal_handlers()
         self._t_start = time.perf_counter()
         self._frames_at_start = 0
         self._t_batch = self._t_start
@@ -100,6 +144,67 @@ class Run:
         self.dropped_frames = 0
         _setup_console_logging()
         log.info("run dir %s, device %s, %s", self.dir, self.device, self.threads.describe())
+
+    def _cores_per_rank(self) -> int:
+        cores = cpu_count()
+        # torchrun starts every local rank with the whole machine's affinity; SLURM tasks
+        # usually get their own cores already.
+        if self.dist.local_world_size > 1 and cores == (os.cpu_count() or cores):
+            cores = max(1, cores // self.dist.local_world_size)
+        return cores
+
+    def _scale_learning_rate(self) -> None:
+        """``dist.lr_scaling``: multiply the recipe's learning rate (the ``lr`` of its algorithm
+        section) by N or sqrt(N) for N ranks."""
+        n, rule = self.dist.world_size, self.cfg.dist.lr_scaling
+        if n == 1 or rule == "none":
+            return
+        factor = float(n) if rule == "linear" else math.sqrt(n)
+        for name in ("ppo", "appo", "a2c", "dqn"):
+            section = getattr(self.cfg, name, None)
+            if section is not None and hasattr(section, "lr"):
+                old = section.lr
+                section.lr = old * factor
+                log.info(
+                    "%s.lr %.3g -> %.3g (%s scaling, %d ranks)", name, old, section.lr, rule, n
+                )
+
+    def _install_signal_handlers(self) -> None:
+        """SIGTERM / SIGUSR2 (SLURM's warnings before a time limit or preemption) ask the run
+        to stop at the next batch boundary, write a checkpoint and exit; a handler installed
+        before ours (submitit's, which requeues the job) runs after the checkpoint."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGUSR2):
+            self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._stop_signal = signum
+
+    def _restore_signal_handlers(self) -> None:
+        for sig, handler in self._previous_handlers.items():
+            signal.signal(sig, handler)
+        self._previous_handlers = {}
+
+    def _stop_for_signal(self) -> None:
+        """Checkpoint (rank 0), then hand over to the earlier handler or exit."""
+        signum = self._stop_signal or signal.SIGTERM
+        name = signal.Signals(signum).name
+        path = self.checkpoint() if self.dist.is_main else None
+        if self.logger is not None:
+            self.logger.close()
+        previous = self._previous_handlers.get(signum)
+        self._restore_signal_handlers()
+        log.warning(
+            "%s: stopped at %d frames, %d updates; checkpoint %s",
+            name,
+            self.frames,
+            self.updates,
+            path,
+        )
+        if callable(previous):
+            previous(signum, None)  # submitit: checkpoint() + requeue, then exit
+        raise RunInterrupted(signum, self.frames, path)
 
     def _check_resume_target(self) -> None:
         cfg = self.cfg
@@ -159,15 +264,23 @@ class Run:
             restore_rng(state["rng"])
             start = self.frames
             log.info("resumed from %s at %d frames, %d updates", path, self.frames, self.updates)
-        self.logger = RunLogger(
-            self.dir,
-            total_frames=self.cfg.total_frames,
-            start_frames=start,
-            tensorboard=self.cfg.log.tensorboard,
-            progress=self.cfg.log.progress,
-        )
-        if self.cfg.resume:
-            self.logger.load_state_dict(state["logger"])
+        if self.dist.world_size > 1:
+            for module in self._modules():
+                distributed.broadcast_module(module)
+            # Same weights everywhere; different action samples and minibatch orders.
+            seed_everything(self.cfg.seed + 1_000_003 * self.dist.rank + self.updates)
+        if self.dist.is_main:
+            self.logger = RunLogger(
+                self.dir,
+                total_frames=self.cfg.total_frames,
+                start_frames=start,
+                tensorboard=self.cfg.log.tensorboard,
+                progress=self.cfg.log.progress,
+            )
+            if self.cfg.resume:
+                self.logger.load_state_dict(state["logger"])
+        else:
+            self.logger = NullLogger()
         self._frames_at_start = self.frames
         self._next_ckpt = (self.frames // self.cfg.log.checkpoint_every_frames + 1) * (
             self.cfg.log.checkpoint_every_frames
@@ -176,6 +289,21 @@ class Run:
             every = self.cfg.log.eval_every_frames
             self._next_eval = (self.frames // every + 1) * every
         self._t_start = self._t_batch = time.perf_counter()
+
+    def _modules(self) -> list[torch.nn.Module]:
+        """The networks the components hold (for broadcasts and checksums)."""
+        found: dict[int, torch.nn.Module] = {}
+        for comp in self.components.values():
+            for value in vars(comp).values():
+                if isinstance(value, torch.nn.Module):
+                    found.setdefault(id(value), value)
+        if self.policy is not None:
+            found.setdefault(id(self.policy), self.policy)
+        return list(found.values())
+
+    def weights_checksum(self) -> float:
+        params = {id(p): p for m in self._modules() for p in m.parameters()}
+        return distributed.parameters_checksum(list(params.values()))
 
     @property
     def env_spec(self) -> dict[str, Any]:
@@ -250,7 +378,7 @@ class Run:
     @property
     def collect_seed(self) -> int:
         """Simulator seed for this (re)start: resumed runs play new episodes, not replays."""
-        return self.cfg.seed * 1_000_003 + self.updates * 7_919
+        return self.cfg.seed * 1_000_003 + self.updates * 7_919 + self.dist.rank * 10_000_019
 
     @property
     def progress(self) -> float:
@@ -265,15 +393,18 @@ class Run:
         now = time.perf_counter()
         self._t_collect = now - self._t_batch
         self._t_batch = now
-        self.frames += batch.numel() * self.frame_skip
+        # Every rank collects a batch of the same size; frames count all ranks.
+        self.frames += batch.numel() * self.frame_skip * self.dist.world_size
         nxt = batch.get("next")
         done = nxt.get("done").squeeze(-1)
-        if done.any():
-            self.logger.episodes(
-                nxt.get("episode_return")[done].squeeze(-1).cpu(),
-                nxt.get("episode_length")[done].squeeze(-1).cpu(),
-                self.frames,
-            )
+        returns = nxt.get("episode_return")[done].squeeze(-1).cpu()
+        lengths = nxt.get("episode_length")[done].squeeze(-1).cpu()
+        if self.dist.world_size > 1:
+            parts = distributed.gather_objects((returns, lengths))
+            returns = torch.cat([p[0] for p in parts])
+            lengths = torch.cat([p[1] for p in parts])
+        if returns.numel():
+            self.logger.episodes(returns, lengths, self.frames)
 
     def updated(self, metrics: dict[str, float]) -> None:
         """Log the update's metrics and timing, then evaluate and checkpoint when due."""
@@ -291,6 +422,12 @@ class Run:
             "train/updates": self.updates,
         }
         self.logger.log(self.frames, metrics, step=self.updates)
+        every = self.cfg.dist.check_sync_every
+        if self.dist.world_size > 1 and every and self.updates % every == 0:
+            params = {id(p): p for m in self._modules() for p in m.parameters()}
+            distributed.check_in_sync(list(params.values()))
+        if distributed.any_rank(self._stop_signal is not None):
+            self._stop_for_signal()
         if self._next_eval is not None and self.frames >= self._next_eval:
             self.evaluate()
             self._next_eval += self.cfg.log.eval_every_frames
@@ -302,8 +439,8 @@ class Run:
         self._t_batch = time.perf_counter()
 
     def evaluate(self) -> dict[str, float]:
-        """Greedy and sampled evaluation episodes; logged under ``eval/``."""
-        if self.cfg.log.eval_episodes == 0 or self.policy is None:
+        """Greedy and sampled evaluation episodes (rank 0); logged under ``eval/``."""
+        if self.cfg.log.eval_episodes == 0 or self.policy is None or not self.dist.is_main:
             return {}
         result = evaluate(
             self.cfg.env,
@@ -315,7 +452,10 @@ class Run:
         self.logger.eval(self.frames, result)
         return result
 
-    def checkpoint(self) -> Path:
+    def checkpoint(self) -> Path | None:
+        """Write the run's state (rank 0; other ranks hold the same weights)."""
+        if not self.dist.is_main:
+            return None
         state = {
             "algo": self.algo,
             "frames": self.frames,
@@ -329,6 +469,7 @@ class Run:
     def finish(self) -> dict[str, Any]:
         """Final evaluation and checkpoint; returns the run's summary."""
         elapsed = time.perf_counter() - self._t_start
+        self._restore_signal_handlers()
         evals = self.evaluate() if self.cfg.log.eval_episodes else {}
         saved = list_checkpoints(self.dir)
         if not saved or saved[-1].stem != f"ckpt_{self.frames:012d}":
@@ -341,8 +482,12 @@ class Run:
             "fps": (self.frames - self._frames_at_start) / max(elapsed, 1e-9),
             "run_dir": str(self.dir),
             **evals,
+            "weights_checksum": self.weights_checksum(),
         }
-        (self.dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        if self.dist.world_size > 1:
+            summary["rank"], summary["world_size"] = self.dist.rank, self.dist.world_size
+        if self.dist.is_main:
+            (self.dir / "summary.json").write_text(json.dumps(summary, indent=2))
         self.logger.close()
         return summary
 

@@ -8,6 +8,8 @@ from tensordict.nn import TensorDictModuleBase
 from torchrl.modules import ActorValueOperator
 from torchrl.objectives.value import GAE
 
+from accelrl.distributed import average_gradients
+
 
 def mark_boundaries(batch: TensorDictBase, life_loss: bool) -> None:
     """Write ``("next", "gae_done")`` / ``("next", "gae_terminated")`` for value estimators.
@@ -86,6 +88,8 @@ def gradient_step(
     """Backward, clip the global grad norm to ``max_grad_norm``, step; returns the norm before."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    # Data-parallel runs: every rank steps with the gradient of the global batch.
+    average_gradients(parameters)
     norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
     optimizer.step()
     return norm
