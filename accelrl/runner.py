@@ -107,6 +107,7 @@ class Run:
     def __init__(self, cfg: Any, algo: str) -> None:
         self.cfg = cfg
         self.algo = algo
+        _setup_console_logging()
         # Data-parallel runs (torchrun / SLURM): join the group; one rank alone writes.
         self.dist = distributed.init_from_environment()
         run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(algo, cfg.env.game)
@@ -142,7 +143,6 @@ class Run:
         self._stamp: VersionStamp | None = None
         self._lag: dict[str, float] = {}
         self.dropped_frames = 0
-        _setup_console_logging()
         log.info("run dir %s, device %s, %s", self.dir, self.device, self.threads.describe())
 
     def _cores_per_rank(self) -> int:
