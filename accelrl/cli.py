@@ -27,9 +27,16 @@ def run_recipe(
 ) -> dict[str, Any]:
     """Parse flags into ``config_cls``, run ``train`` and print its summary as JSON.
 
-    A ``ConfigError`` (raised before any worker starts) becomes one line on stderr and exit code 2.
+    A flag that does not parse or a ``ConfigError`` (raised before any worker starts) becomes
+    one line on stderr and exit code 2.
     """
-    cfg = tyro.cli(config_cls, args=argv, description=description)
+    try:
+        cfg = parse_flags(
+            config_cls, sys.argv[1:] if argv is None else argv, description=description
+        )
+    except FlagError as err:
+        print(f"accelrl: error: {err} (see --help)", file=sys.stderr)
+        raise SystemExit(2) from None
     try:
         summary = train(cfg)
     except ConfigError as err:
@@ -75,11 +82,19 @@ def parse_flags(
 
 
 def _tyro_reason(text: str) -> str:
-    # tyro's box: a title ("Value error"), a rule, the reason, a rule, help hints.
+    # tyro's box: a title ("Value error"), the reason (possibly wrapped over several lines), a
+    # rule, help hints. Keep the reason, unwrapped into one line.
     rule_chars = set("-\u2500\u2502\u256d\u256e\u2570\u256f ")
     lines = [line.strip(" \u2502") for line in text.splitlines()]
-    lines = [line for line in lines if line and not set(line) <= rule_chars]
-    return lines[1] if len(lines) > 1 else (lines[0] if lines else "could not parse the flags")
+    reason: list[str] = []
+    for line in lines[1:]:
+        if line and set(line) <= rule_chars:
+            if reason:
+                break
+            continue
+        if line:
+            reason.append(line)
+    return " ".join(reason) or "could not parse the flags"
 
 
 def validate_recipe_config(recipe: ModuleType, cfg: Any) -> None:

@@ -256,9 +256,13 @@ class Run:
             for name, comp in components.items():
                 try:
                     comp.load_state_dict(state["components"][name])
-                except (KeyError, RuntimeError) as err:
+                except (KeyError, RuntimeError, ValueError) as err:
+                    first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
                     raise ConfigError(
-                        "resume", True, f"{path} does not fit this model/config ({name}: {err})"
+                        "resume",
+                        True,
+                        f"{path} does not fit this model/config ({name}: {first}); resume with "
+                        "the flags the run was started with (see its config.json)",
                     ) from None
             self.frames, self.updates = int(state["frames"]), int(state["updates"])
             restore_rng(state["rng"])
@@ -498,9 +502,21 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time (redirected or captured later)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def _setup_console_logging() -> None:
     if not log.handlers:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("[accelrl] %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
