@@ -12,8 +12,10 @@ from typing import Any, TypeVar
 
 import tyro
 
+from accelrl.algos.common import NonFiniteError
+from accelrl.checkpoint import CheckpointError
 from accelrl.config import ConfigError, validate_common
-from accelrl.runner import RunInterrupted
+from accelrl.runner import RunInterrupted, describe_progress
 
 C = TypeVar("C")
 
@@ -45,6 +47,9 @@ def run_recipe(
     except KeyboardInterrupt:
         print("accelrl: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    except (NonFiniteError, CheckpointError) as err:
+        print(f"accelrl: error: {err}{describe_progress()}", file=sys.stderr)
+        raise SystemExit(3) from None
     except RunInterrupted as stop:
         # SIGTERM / SIGUSR2: the checkpoint is written; exit as the signal would (128 + n).
         print(f"accelrl: {stop}", file=sys.stderr)

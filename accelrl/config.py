@@ -143,6 +143,9 @@ class RunConfig:
     """Folder for config, metrics.csv, TensorBoard events and checkpoints (default runs/...)."""
     resume: bool = False
     """Continue the run in --run-dir from its latest checkpoint."""
+    on_nonfinite: Literal["stop", "skip"] = "stop"
+    """A NaN/Inf loss or gradient: stop the run (the last checkpoint stays the latest) or skip
+    that step and count it (train/skipped_steps)."""
 
 
 def cpu_count() -> int:
@@ -300,6 +303,8 @@ def validate_common(cfg: Any) -> None:
     if cfg.dist.lr_scaling not in ("none", "linear", "sqrt"):
         raise ConfigError("dist.lr_scaling", cfg.dist.lr_scaling, "must be none, linear or sqrt")
     check_positive("dist.check_sync_every", cfg.dist.check_sync_every, zero_ok=True)
+    if cfg.on_nonfinite not in ("stop", "skip"):
+        raise ConfigError("on_nonfinite", cfg.on_nonfinite, "must be stop or skip")
     if cfg.run_dir is not None and os.path.exists(cfg.run_dir) and not os.path.isdir(cfg.run_dir):
         raise ConfigError("run_dir", cfg.run_dir, "is a file; give a folder path")
 

@@ -28,6 +28,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictSequential
 
 from accelrl import distributed
+from accelrl.algos.common import NonFiniteError, nonfinite
 from accelrl.checkpoint import (
     capture_rng,
     list_checkpoints,
@@ -70,6 +71,20 @@ def describe_env(env_cfg) -> dict[str, Any]:
         }
     finally:
         env.close()
+
+
+current_run: Run | None = None
+"""The latest ``Run`` of this process (error messages name its folder and checkpoint)."""
+
+
+def describe_progress() -> str:
+    """Where the current run stands: frames, updates and its newest checkpoint."""
+    run = current_run
+    if run is None:
+        return ""
+    saved = list_checkpoints(run.dir)
+    latest = saved[-1] if saved else "none yet"
+    return f" at {run.frames} frames, update {run.updates + 1}; latest checkpoint: {latest}"
 
 
 class RunInterrupted(Exception):
@@ -132,6 +147,9 @@ class Run:
         self._stop_signal: int | None = None
         self._previous_handlers: dict[int, Any] = {}
         self._install_signal_handlers()
+        nonfinite.policy, nonfinite.skipped = cfg.on_nonfinite, 0
+        global current_run
+        current_run = self
         self._t_start = time.perf_counter()
         self._frames_at_start = 0
         self._t_batch = self._t_start
@@ -423,6 +441,7 @@ class Run:
             "perf/collect_s": self._t_collect,
             "perf/update_s": t_update,
             "perf/dropped_frames": self.dropped_frames,
+            "train/skipped_steps": nonfinite.skipped,
             "train/updates": self.updates,
         }
         self.logger.log(self.frames, metrics, step=self.updates)
@@ -460,6 +479,10 @@ class Run:
         """Write the run's state (rank 0; other ranks hold the same weights)."""
         if not self.dist.is_main:
             return None
+        for module in self._modules():
+            for name, p in module.named_parameters():
+                if not torch.isfinite(p).all():
+                    raise NonFiniteError(f"parameter {name} is not finite; checkpoint not written")
         state = {
             "algo": self.algo,
             "frames": self.frames,

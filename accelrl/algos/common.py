@@ -79,20 +79,56 @@ def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
     return float(1.0 - (target - pred).var() / var)
 
 
+class NonFiniteError(FloatingPointError):
+    """A loss or gradient with NaN/Inf; raised before the optimizer step, so the weights (and
+    every checkpoint) stay finite."""
+
+
+class NonFiniteGuard:
+    """What ``gradient_step`` does with a non-finite loss or gradient: ``stop`` raises
+    ``NonFiniteError``; ``skip`` drops that step and counts it in ``skipped``. The run sets the
+    policy from ``--on-nonfinite``; one guard per process."""
+
+    def __init__(self) -> None:
+        self.policy = "stop"
+        self.skipped = 0
+
+
+nonfinite = NonFiniteGuard()
+
+
 def gradient_step(
     optimizer: torch.optim.Optimizer,
     loss: torch.Tensor,
     parameters: list[torch.nn.Parameter],
     max_grad_norm: float,
 ) -> torch.Tensor:
-    """Backward, clip the global grad norm to ``max_grad_norm``, step; returns the norm before."""
+    """Backward, clip the global grad norm to ``max_grad_norm``, step; returns the norm before.
+
+    A NaN/Inf loss or gradient norm is caught here, at the step where it appears, before the
+    optimizer touches the weights (see ``NonFiniteGuard``).
+    """
     optimizer.zero_grad(set_to_none=True)
+    if not torch.isfinite(loss.detach()).all():
+        return _nonfinite(optimizer, "loss", loss)
     loss.backward()
     # Data-parallel runs: every rank steps with the gradient of the global batch.
     average_gradients(parameters)
     norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+    if not torch.isfinite(norm):
+        return _nonfinite(optimizer, "gradient norm", norm)
     optimizer.step()
     return norm
+
+
+def _nonfinite(optimizer: torch.optim.Optimizer, what: str, value: torch.Tensor) -> torch.Tensor:
+    optimizer.zero_grad(set_to_none=True)
+    if nonfinite.policy == "skip":
+        nonfinite.skipped += 1
+        return torch.zeros(())
+    raise NonFiniteError(
+        f"{what} is {float(value.detach().reshape(-1)[0])} (non-finite); the step was not applied"
+    )
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
