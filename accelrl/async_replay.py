@@ -73,7 +73,8 @@ class ReplayFeeder:
         self._stop = False
         self._error: BaseException | None = None
         self._on_stream_break = on_stream_break
-        self._thread = threading.Thread(target=self._run, name="accelrl-replay-feeder")
+        # Daemon: a collector that hangs must not keep the process alive after the run stops.
+        self._thread = threading.Thread(target=self._run, name="accelrl-replay-feeder", daemon=True)
         self.collector = None
 
     # ----- collector thread -------------------------------------------------------------

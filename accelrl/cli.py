@@ -14,6 +14,7 @@ import tyro
 
 from accelrl.algos.common import NonFiniteError
 from accelrl.checkpoint import CheckpointError
+from accelrl.collect import CollectorFailure
 from accelrl.config import ConfigError, validate_common
 from accelrl.runner import RunInterrupted, describe_progress
 
@@ -47,7 +48,7 @@ def run_recipe(
     except KeyboardInterrupt:
         print("accelrl: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
-    except (NonFiniteError, CheckpointError) as err:
+    except (NonFiniteError, CheckpointError, CollectorFailure) as err:
         print(f"accelrl: error: {err}{describe_progress()}", file=sys.stderr)
         raise SystemExit(3) from None
     except RunInterrupted as stop:

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import signal
+import threading
+import time
 import warnings
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
@@ -152,3 +156,102 @@ def make_collector(
         if cfg.kind == "async":
             return MultiAsyncCollector(factories, policy, **common)
         return MultiSyncCollector(factories, policy, cat_results="stack", **common)
+
+
+class CollectorFailure(RuntimeError):
+    """A collector worker died or stopped producing batches; the run stops."""
+
+
+class WatchedCollector:
+    """Wraps any collector so that a dead or silent worker stops the run instead of hanging it.
+
+    TorchRL's ``MultiSyncCollector`` waits forever for a worker that was killed (found here:
+    SIGKILL on a worker mid-run left the learner blocked with no CPU use). A watchdog thread
+    checks the worker processes every second and the time since the last batch; on a failure
+    it records the reason and sends SIGUSR1 to the main thread, whose handler raises
+    ``CollectorFailure`` there (a blocked wait is interrupted too). ``shutdown`` then kills the
+    remaining workers before TorchRL's own shutdown, bounded in time, so nothing is left behind.
+    """
+
+    def __init__(self, collector: Any, *, stall_timeout_s: float, startup_timeout_s: float) -> None:
+        self.inner = collector
+        self.stall_timeout_s = stall_timeout_s
+        self.startup_timeout_s = startup_timeout_s
+        self.failure: str | None = None
+        self._last = time.monotonic()
+        self._batches = 0
+        self._stop = threading.Event()
+        self._main = threading.main_thread().ident
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGUSR1, self._raise_failure)
+        self._thread = threading.Thread(target=self._watch, name="accelrl-watchdog", daemon=True)
+        self._thread.start()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def procs(self) -> list[Any]:
+        inner = getattr(self.inner, "_inner", self.inner)
+        return list(getattr(inner, "procs", []) or [])
+
+    def __iter__(self):
+        for batch in self.inner:
+            self._batches += 1
+            self._last = time.monotonic()
+            yield batch
+
+    def _watch(self) -> None:
+        while not self._stop.wait(1.0):
+            reason = None
+            for i, proc in enumerate(self.procs()):
+                if not proc.is_alive():
+                    reason = (
+                        f"collector worker {i} (pid {proc.pid}) died (exit code {proc.exitcode})"
+                    )
+                    break
+            limit = self.stall_timeout_s if self._batches else self.startup_timeout_s
+            silent = time.monotonic() - self._last
+            if reason is None and silent > limit:
+                reason = f"the collector produced no batch for {silent:.0f} s (limit {limit:.0f} s)"
+            if reason is not None:
+                self.failure = reason
+                log.error("%s; stopping the run", reason)
+                if self._previous is not None:
+                    signal.pthread_kill(self._main, signal.SIGUSR1)
+                return
+
+    def _raise_failure(self, signum: int, frame: Any) -> None:
+        if self.failure is not None:
+            raise CollectorFailure(self.failure)
+
+    def update_policy_weights_(self, *args: Any, **kwargs: Any) -> None:
+        self.inner.update_policy_weights_(*args, **kwargs)
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        try:
+            if self.failure is None:
+                self.inner.shutdown()
+                return
+            for proc in self.procs():
+                if proc.is_alive():
+                    proc.kill()
+            # TorchRL's shutdown talks to every worker; bound it so a broken one cannot hang us.
+            done = threading.Thread(target=self._shutdown_broken, daemon=True)
+            done.start()
+            done.join(timeout=30.0)
+        finally:
+            main = threading.current_thread() is threading.main_thread()
+            if self._previous is not None and main:
+                signal.signal(signal.SIGUSR1, self._previous)
+                self._previous = None
+
+    def _shutdown_broken(self) -> None:
+        try:
+            if hasattr(self.inner, "procs"):
+                self.inner.shutdown(timeout=5.0, raise_on_error=False)
+            else:
+                self.inner.shutdown()
+        except Exception as err:  # noqa: BLE001 - the run is already stopping for a reason
+            log.warning("collector shutdown after a failure: %r", err)

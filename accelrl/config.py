@@ -81,6 +81,9 @@ class CollectorConfig:
     """Agent steps per batch over all workers and envs (TorchRL's frames_per_batch); must be a
     multiple of num_envs x max(1, num_workers). With kind async each batch comes from one
     worker: a multiple of num_envs."""
+    stall_timeout_s: float = 60.0
+    """Stop the run when the collector yields no batch for this long (a stuck worker); a dead
+    worker process stops it within about a second. The first batch may take 5x as long."""
     max_policy_lag: int = 4
     """async, batched: a batch whose oldest step was taken by weights more than this many
     updates behind the learner's is dropped (and counted in perf/dropped_frames)."""
@@ -280,6 +283,7 @@ def validate_common(cfg: Any) -> None:
     check_positive("collector.num_workers", c.num_workers, zero_ok=True)
     check_positive("collector.frames_per_batch", c.frames_per_batch)
     check_positive("collector.max_policy_lag", c.max_policy_lag, zero_ok=True)
+    check_positive("collector.stall_timeout_s", c.stall_timeout_s)
     validate_collector_kind(cfg.env, c)
     if c.kind == "async":
         envs, what = cfg.env.num_envs, "env.num_envs (each async batch comes from one worker)"

@@ -36,7 +36,7 @@ from accelrl.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from accelrl.collect import ThreadPlan, make_collector, plan_threads
+from accelrl.collect import ThreadPlan, WatchedCollector, make_collector, plan_threads
 from accelrl.config import ConfigError, cpu_count, resolve_device, to_dict
 from accelrl.envs import frames_per_step, make_env
 from accelrl.evaluate import evaluate
@@ -345,7 +345,7 @@ class Run:
         if kind == "async":
             self._stamp = VersionStamp(self.updates).to(self.device)
             policy = TensorDictSequential(policy, self._stamp)
-        return make_collector(
+        collector = make_collector(
             self.cfg.env,
             self.cfg.collector,
             policy,
@@ -354,6 +354,8 @@ class Run:
             learner_device=str(self.device),
             start_version=self.updates,
         )
+        stall = self.cfg.collector.stall_timeout_s
+        return WatchedCollector(collector, stall_timeout_s=stall, startup_timeout_s=5 * stall)
 
     def sync_weights(self, collector: Any) -> None:
         """Send the learner's new weights (and their version) to the collector's actors."""
