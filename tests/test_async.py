@@ -17,6 +17,7 @@ from accelrl.config import CollectorConfig, ConfigError, EnvConfig, ThreadsConfi
 from accelrl.models import make_actor_critic
 from accelrl.samplers import VersionStamp, policy_lag
 from recipes import appo_atari, dqn_atari
+from tests.test_ppo import CARTPOLE_PPO
 
 
 def child_pids() -> set[int]:
@@ -141,16 +142,7 @@ def appo_cartpole(run_dir, total_frames, **appo) -> appo_atari.Config:
     cfg.env.game = "CartPole-v1"
     cfg.env.num_envs = 8
     cfg.collector.frames_per_batch = 256
-    cfg.appo = APPOConfig(
-        lr=1e-3,
-        clip_epsilon=0.2,
-        epochs=20,
-        minibatches=1,
-        gamma=0.98,
-        gae_lambda=0.8,
-        entropy_coef=0.0,
-        **appo,
-    )
+    cfg.appo = APPOConfig(**CARTPOLE_PPO, **appo)
     cfg.log.progress = False
     cfg.log.tensorboard = False
     cfg.log.eval_episodes = 2

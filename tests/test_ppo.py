@@ -83,21 +83,25 @@ def test_update_changes_weights_and_reports_every_metric():
     assert all(changed), "every parameter (trunk included) must receive gradients"
 
 
+CARTPOLE_PPO = dict(
+    lr=1e-3,
+    clip_epsilon=0.2,
+    epochs=20,
+    minibatches=1,
+    gamma=0.98,
+    gae_lambda=0.8,
+    entropy_coef=0.0,
+)
+"""PPO hyperparameters for CartPole (as tuned in rl-baselines3-zoo); APPO's tests use them too."""
+
+
 def cartpole_config(run_dir, seed: int) -> Config:
     """PPO hyperparameters for CartPole (as tuned in rl-baselines3-zoo) at a 150k-step budget."""
     cfg = Config(total_frames=150_000, seed=seed, run_dir=str(run_dir))
     cfg.env.game = "CartPole-v1"
     cfg.env.num_envs = 8
     cfg.collector.frames_per_batch = 256
-    cfg.ppo = PPOConfig(
-        lr=1e-3,
-        clip_epsilon=0.2,
-        epochs=20,
-        minibatches=1,
-        gamma=0.98,
-        gae_lambda=0.8,
-        entropy_coef=0.0,
-    )
+    cfg.ppo = PPOConfig(**CARTPOLE_PPO)
     cfg.log.progress = False
     cfg.log.tensorboard = False
     cfg.log.eval_episodes = 4

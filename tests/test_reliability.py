@@ -17,6 +17,7 @@ import accelrl.algos.ppo as ppo_module
 from accelrl.checkpoint import list_checkpoints, load_latest
 from accelrl.cli import run_recipe
 from recipes import ppo_atari
+from tests.test_distributed import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 CARTPOLE = [
@@ -141,15 +142,6 @@ def start_recipe(argv: list[str]) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def wait_for(predicate, timeout: float) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def wait_rows(metrics: Path, rows: int, timeout: float) -> bool:
