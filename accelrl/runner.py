@@ -197,7 +197,9 @@ class Run:
             self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self._stop_signal = signum
+        # submitit's preemption sends SIGTERM then USR2; USR2 is the one that requeues.
+        if self._stop_signal != signal.SIGUSR2:
+            self._stop_signal = signum
 
     def _restore_signal_handlers(self) -> None:
         for sig, handler in self._previous_handlers.items():

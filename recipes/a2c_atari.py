@@ -34,11 +34,16 @@ class Config(RunConfig):
     """Default batch: 80 agent steps = 16 envs x 5 steps."""
 
 
-def train(cfg: Config) -> dict:
-    """Train A2C; returns final frames, updates, episodes, mean return of the last 100, frames/s."""
+def validate(cfg: Config) -> None:
+    """Every check, before any simulator or worker starts."""
     validate_common(cfg)
     validate_a2c(cfg.a2c)
     require_whole_trajectories(cfg.env, "A2C")
+
+
+def train(cfg: Config) -> dict:
+    """Train A2C; returns final frames, updates, episodes, mean return of the last 100, frames/s."""
+    validate(cfg)
     run = Run(cfg, algo="a2c")
 
     model = make_actor_critic(**run.env_spec, mlp_hidden=cfg.model.mlp_hidden).to(run.device)

@@ -34,11 +34,16 @@ class Config(RunConfig):
     """Default batch: 1024 agent steps = 8 envs x 128 steps."""
 
 
-def train(cfg: Config) -> dict:
-    """Train PPO; returns final frames, updates, episodes, mean return of the last 100, frames/s."""
+def validate(cfg: Config) -> None:
+    """Every check, before any simulator or worker starts."""
     validate_common(cfg)
     validate_ppo(cfg.ppo, cfg.collector.frames_per_batch)
     require_whole_trajectories(cfg.env, "PPO")
+
+
+def train(cfg: Config) -> dict:
+    """Train PPO; returns final frames, updates, episodes, mean return of the last 100, frames/s."""
+    validate(cfg)
     run = Run(cfg, algo="ppo")
 
     # Actor-critic: one Nature CNN shared by both heads on frames, two MLPs on vector inputs.

@@ -1,5 +1,48 @@
+import os
+import shutil
+import subprocess
+
+import pytest
 import torch
 
 # Tests share 2 cores with ALE's threads and collector workers: one torch thread avoids
 # OpenMP barrier stalls (see accelrl.collect.plan_threads).
 torch.set_num_threads(1)
+
+START_CLUSTER = "bash slurm/testing/local_cluster.sh start"
+
+
+def _slurm_down_reason() -> str | None:
+    """None when a SLURM controller answers `scontrol ping`, else why not."""
+    if shutil.which("scontrol") is None:
+        return "scontrol not on PATH"
+    try:
+        out = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"scontrol ping failed: {err}"
+    if "is UP" in out.stdout:
+        return None
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    return lines[0] if lines else f"scontrol ping exited with {out.returncode}"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    """A SLURM cluster that accepts jobs; tests marked `slurm` get it automatically.
+
+    Without one the test is skipped, or fails when ACCELRL_REQUIRE_SLURM=1 (CI sets it, so that
+    a cluster that went away cannot turn the SLURM tests into silent skips).
+    """
+    reason = _slurm_down_reason()
+    if reason is None:
+        return
+    message = f"no SLURM cluster: run {START_CLUSTER} ({reason})"
+    if os.environ.get("ACCELRL_REQUIRE_SLURM") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def _slurm_marker_needs_cluster(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("slurm") is not None:
+        request.getfixturevalue("slurm_cluster")
