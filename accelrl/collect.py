@@ -196,20 +196,28 @@ class WatchedCollector:
         return list(getattr(inner, "procs", []) or [])
 
     def __iter__(self):
-        for batch in self.inner:
-            self._batches += 1
-            self._last = time.monotonic()
-            yield batch
+        try:
+            for batch in self.inner:
+                self._batches += 1
+                self._last = time.monotonic()
+                yield batch
+        except (Exception, KeyboardInterrupt) as err:
+            # TorchRL may notice the dead worker first, or wrap our exception in its own.
+            reason = self.failure or self._dead_worker()
+            if reason is None or isinstance(err, CollectorFailure):
+                raise
+            self.failure = reason
+            raise CollectorFailure(reason) from err
+
+    def _dead_worker(self) -> str | None:
+        for i, proc in enumerate(self.procs()):
+            if not proc.is_alive():
+                return f"collector worker {i} (pid {proc.pid}) died (exit code {proc.exitcode})"
+        return None
 
     def _watch(self) -> None:
         while not self._stop.wait(1.0):
-            reason = None
-            for i, proc in enumerate(self.procs()):
-                if not proc.is_alive():
-                    reason = (
-                        f"collector worker {i} (pid {proc.pid}) died (exit code {proc.exitcode})"
-                    )
-                    break
+            reason = self._dead_worker()
             limit = self.stall_timeout_s if self._batches else self.startup_timeout_s
             silent = time.monotonic() - self._last
             if reason is None and silent > limit:

@@ -384,6 +384,8 @@ class Run:
         ``max_policy_lag`` are dropped, and values are recomputed with the current critic
         (the learner sees ``state_value`` only when the acting weights were its own).
         """
+        if self.done:  # resumed from a checkpoint at or past total_frames
+            return self.finish()
         collector = self.make_collector(learner.policy)
         try:
             for batch in collector:

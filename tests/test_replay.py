@@ -146,8 +146,11 @@ def feed(buf: FrameReplay, stream: FakeStream, cuts: list[int]) -> None:
 
 def check_samples(buf: FrameReplay, stream: FakeStream, n: int, life_loss: bool) -> set:
     """Every sampled transition equals the reference; returns the sampled (e, t)."""
+    # Seeded: 8 x 512 draws over ~180 transitions miss one with probability ~1e-8 per item,
+    # and the outcome no longer depends on which tests ran before.
+    torch.manual_seed(0)
     seen = set()
-    for _ in range(4):
+    for _ in range(8):
         td = buf.sample(512)
         newest = td["pixels"][:, -1] if stream.stack > 1 else td["pixels"][:, 0]
         for b in range(512):
