@@ -69,61 +69,155 @@ def collector_segment(it: Iterator, frames_per_batch: int) -> Callable[[float], 
     return segment
 
 
-def make_policy(num_actions: int) -> torch.nn.Module:
+class BackgroundSegment:
+    """Timing for collectors that keep working after a batch is taken (``async``: every
+    worker starts its next batch at once; ``batched``: the inference server and simulators run
+    until a bounded queue fills).
+
+    Untimed before each segment: take the batches finished in the background since the last one
+    (the first of them, or as many as ``queue_out`` holds). Timed: whole batches. Untimed after:
+    wait for the workers' in-flight batches to land (async) or pause the server (batched), so
+    that neither their work nor their idle polling runs inside another pipeline's segment.
+    """
+
+    def __init__(self, collector: Any, it: Iterator, frames_per_batch: int, workers: int) -> None:
+        self.collector, self.it, self.fpb, self.workers = collector, it, frames_per_batch, workers
+        self._pause = None
+
+    def _queue_len(self) -> int | None:
+        queue = getattr(self.collector, "queue_out", None)
+        try:
+            return None if queue is None else queue.qsize()
+        except (NotImplementedError, OSError):
+            return None
+
+    def _settle(self) -> None:
+        inner = getattr(self.collector, "_inner", None)
+        if inner is not None and hasattr(inner, "pause"):
+            self._pause = inner.pause()
+            self._pause.__enter__()
+            return
+        deadline = time.perf_counter() + 10.0
+        while time.perf_counter() < deadline:
+            n = self._queue_len()
+            if n is None or n >= self.workers:
+                break
+            time.sleep(0.005)
+
+    def _resume(self) -> None:
+        if self._pause is not None:
+            self._pause.__exit__(None, None, None)
+            self._pause = None
+            next(self.it)  # transitions buffered at the pause
+            return
+        n = self._queue_len()
+        for _ in range(self.workers if n is None else n):
+            next(self.it)
+
+    def __call__(self, seconds: float) -> tuple[int, float]:
+        self._resume()
+        out = time_steps(lambda: next(self.it), self.fpb, seconds)
+        self._settle()
+        return out
+
+    def close(self) -> None:
+        if self._pause is not None:
+            self._pause.__exit__(None, None, None)
+            self._pause = None
+
+
+def make_policy(num_actions: int, device: str = "cpu") -> torch.nn.Module:
     from accelrl.models import make_actor_critic
 
-    return make_actor_critic("pixels", (4, 84, 84), num_actions)
+    return make_actor_critic("pixels", (4, 84, 84), num_actions).to(device)
+
+
+def collector_kinds() -> tuple[str, ...]:
+    """The ``CollectorConfig.kind`` values this checkout of accelrl knows (``sync`` before kinds
+    existed); read at run time so that the benchmarks follow kinds as they land."""
+    import dataclasses
+    import typing
+
+    from accelrl.config import CollectorConfig
+
+    if "kind" not in {f.name for f in dataclasses.fields(CollectorConfig)}:
+        return ("sync",)
+    hint = typing.get_type_hints(CollectorConfig)["kind"]
+    return tuple(typing.get_args(hint)) or (CollectorConfig().kind,)
 
 
 def build_accelrl(
-    num_envs: int, num_workers: int, async_rows: int, num_actions: int, seed: int
+    num_envs: int,
+    num_workers: int,
+    async_rows: int,
+    num_actions: int,
+    seed: int,
+    *,
+    kind: str = "sync",
+    steps: int = STEPS_PER_ENV,
+    device: str = "cpu",
+    game: str = GAME,
 ) -> tuple[Any, int]:
-    """accelrl's collector; ``async_rows`` > 0 selects ale-py's async mode (rows per step)."""
+    """accelrl's collector of ``kind`` with ``num_envs`` simulators per process;
+    ``async_rows`` > 0 selects ale-py's async mode (rows per step). Returns (collector, agent
+    steps per batch)."""
     from accelrl.collect import make_collector, plan_threads
     from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig
 
-    fpb = (async_rows or num_envs) * max(1, num_workers) * STEPS_PER_ENV
+    procs = 1 if kind == "async" else max(1, num_workers)  # an async batch is one worker's
+    fpb = (async_rows or num_envs) * procs * steps
+    extra = {"kind": kind} if kind != "sync" else {}
     collector = make_collector(
-        EnvConfig(game=GAME, num_envs=num_envs, async_batch_size=async_rows),
-        CollectorConfig(num_workers=num_workers, frames_per_batch=fpb),
-        make_policy(num_actions),
+        EnvConfig(game=game, num_envs=num_envs, async_batch_size=async_rows),
+        CollectorConfig(num_workers=num_workers, frames_per_batch=fpb, **extra),
+        make_policy(num_actions, device),
         seed=seed,
         plan=plan_threads(ThreadsConfig(), num_workers),
-        learner_device="cpu",
+        learner_device=device,
     )
     torch.set_num_threads(1)  # make_collector may set the learner's share; keep 1 here
     return collector, fpb
 
 
-def build_reference(num_envs: int, num_actions: int):
+def build_reference(
+    num_envs: int,
+    num_actions: int,
+    *,
+    env: Any = None,
+    steps: int = STEPS_PER_ENV,
+    device: str = "cpu",
+    game: str = GAME,
+):
+    """TorchRL's ``Collector`` over its reference pipeline (built here unless ``env`` is given);
+    policy and storage on ``device`` as in TorchRL's PPO example."""
     from torchrl.collectors import Collector
 
-    from benchmarks.torchrl_reference import make_parallel_env
+    from benchmarks.env_throughput import reference_env
 
-    fpb = num_envs * STEPS_PER_ENV
+    fpb = num_envs * steps
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # InitTracker notice
         collector = Collector(
-            make_parallel_env(num_envs),
-            make_policy(num_actions),
+            env if env is not None else reference_env(game, num_envs),
+            make_policy(num_actions, device),
             frames_per_batch=fpb,
             total_frames=-1,
-            device="cpu",
-            storing_device="cpu",
+            device=device,
+            storing_device=device,
             max_frames_per_traj=-1,
         )
     torch.set_num_threads(1)
     return collector, fpb
 
 
-def env_segment(num_envs: int, seed: int):
+def env_segment(num_envs: int, seed: int, game: str = GAME):
     """accelrl's env alone, stepped as its collector does, with pre-generated random actions."""
     from accelrl.collect import plan_threads
     from accelrl.config import EnvConfig, ThreadsConfig
     from accelrl.envs import make_env
 
     env = make_env(
-        EnvConfig(game=GAME, num_envs=num_envs),
+        EnvConfig(game=game, num_envs=num_envs),
         seed=seed,
         sim_threads=plan_threads(ThreadsConfig(), 0).sim_threads,
     )
@@ -164,18 +258,19 @@ def loop_segment(num_envs: int, num_actions: int, seed: int):
     return env, (lambda s: time_steps(step, num_envs, s))
 
 
-def inference_segment(num_envs: int, num_actions: int):
-    """Policy forward alone on a fresh-looking uint8 batch, as the collector calls it."""
+def inference_segment(num_envs: int, num_actions: int, device: str = "cpu"):
+    """Policy forward alone on a fresh-looking uint8 batch, as the collector calls it: frames
+    moved to the policy's device, actions back to the CPU (which waits for the GPU)."""
     from tensordict import TensorDict
     from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-    policy = make_policy(num_actions)
+    policy = make_policy(num_actions, device)
     pixels = torch.randint(0, 256, (num_envs, 4, 84, 84), dtype=torch.uint8)
 
     def step() -> None:
-        td = TensorDict({"pixels": pixels}, batch_size=[num_envs])
+        td = TensorDict({"pixels": pixels}, batch_size=[num_envs]).to(device)
         with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
-            policy(td)
+            policy(td).get("action").cpu()
 
     return lambda s: time_steps(step, num_envs, s)
 

@@ -7,8 +7,10 @@ reports the median of per-round ratios, which cancels drift that is slow next to
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
@@ -108,3 +110,93 @@ def write_json(path: str, payload: dict[str, Any]) -> None:
     with open(path, "w") as f:
         json.dump(payload, f, indent=2)
     print(f"wrote {path}")
+
+
+# --- the summary table of ``benchmarks.run`` -------------------------------------------------
+
+
+@dataclasses.dataclass
+class Row:
+    """One line of the summary table: a measured rate, its reference and the target.
+
+    ``ratio`` is ``rate / ref_rate`` as a median of per-round paired ratios where rounds exist
+    (so it may differ slightly from the ratio of the two medians shown). ``target`` applies to
+    the ratio (``target_on="ratio"``) or to the rate itself (``"rate"``), compared with ``op``.
+    """
+
+    section: str
+    what: str
+    rate: float | None
+    unit: str
+    frames_per_s: float | None = None
+    reference: str = ""
+    ref_rate: float | None = None
+    ratio: float | None = None
+    target: float | None = None
+    op: str = ">="
+    target_on: str = "ratio"
+    note: str = ""
+
+    @property
+    def met(self) -> str:
+        if self.target is None:
+            return "-"
+        value = self.ratio if self.target_on == "ratio" else self.rate
+        if value is None or not math.isfinite(value):
+            return "MISSED"
+        ok = value >= self.target if self.op == ">=" else value <= self.target
+        return "yes" if ok else "MISSED"
+
+    def target_text(self) -> str:
+        if self.target is None:
+            return "-"
+        what = "" if self.target_on == "ratio" else f" {self.unit}"
+        return f"{self.op} {self.target:g}{what}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "met": self.met, "target_text": self.target_text()}
+
+
+def _num(v: float | None, digits: int = 0) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-" if v is None else str(v)
+    if digits:
+        return f"{v:,.{digits}f}"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.3g}"
+
+
+def print_summary(rows: Sequence[Row]) -> None:
+    """The one table ``benchmarks.run`` prints: rate, reference, ratio, target, met?"""
+    headers = ["what", "rate", "unit", "frames/s", "reference", "ref rate", "ratio", "target"]
+    headers.append("met?")
+    table = [
+        [
+            r.what,
+            _num(r.rate),
+            r.unit,
+            _num(r.frames_per_s),
+            r.reference,
+            _num(r.ref_rate),
+            "-" if r.ratio is None else f"{r.ratio:.3f}",
+            r.target_text(),
+            r.met,
+        ]
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(row[i]) for row in table)) for i, h in enumerate(headers)]
+    left = {0, 2, 4}  # text columns
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i in left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    print(line(headers))
+    print(line(["-" * w for w in widths]))
+    section = None
+    for r, cells in zip(rows, table, strict=True):
+        if section is not None and r.section != section:
+            print()
+        section = r.section
+        print(line(cells))

@@ -8,12 +8,17 @@ pre-generated random actions, in interleaved rounds within one process:
 - accelrl: ``AleVecEnv.step_and_maybe_reset(td)``, the call TorchRL collectors make;
 - generic: ``torchrl.envs.GymWrapper(AtariVectorEnv(...))`` stepped the same way.
 
+``benchmarks.run`` also uses ``env_pipelines`` here for its env rows, which add accelrl's gym
+backend (``ParallelEnv`` of preprocessed ALE workers), gymnasium's ``AsyncVectorEnv`` of
+preprocessed ALE envs and TorchRL's reference pipeline (``benchmarks.torchrl_reference``).
+
 Run: ``python -m benchmarks.env_throughput [--game pong] [--num-envs 8 16 32] [--seconds 6]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -77,6 +82,125 @@ def td_stepper(env, actions: torch.Tensor) -> Callable[[], Any]:
         i += 1
 
     return step
+
+
+def _preprocessed_ale_env(game: str, sticky: float):
+    """One gymnasium ALE env with the standard DeepMind preprocessing (what AsyncVectorEnv runs
+    in each worker): frameskip 4 with max-pool, 84x84 grayscale, up to 30 no-ops, 4 stacked."""
+    import ale_py
+    import gymnasium as gym
+    from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation
+
+    from accelrl.envs.games import gym_id
+
+    gym.register_envs(ale_py)
+    env = gym.make(
+        gym_id(game),
+        frameskip=1,
+        repeat_action_probability=sticky,
+        full_action_space=False,
+        disable_env_checker=True,
+    )
+    env = AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True)
+    return FrameStackObservation(env, 4)
+
+
+def async_vector_env(game: str, num_envs: int, seed: int, context: str = "fork"):
+    """gymnasium's ``AsyncVectorEnv`` of preprocessed ALE envs (one process per simulator).
+
+    Forked workers start in about a second; a spawned one re-imports the parent's modules (torch
+    included: ~10 s each on 2 busy cores). The workers run gymnasium and ale-py only.
+    """
+    import gymnasium as gym
+
+    env = gym.vector.AsyncVectorEnv(
+        [functools.partial(_preprocessed_ale_env, game, 0.25)] * num_envs,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        context=context,
+    )
+    env.reset(seed=seed)
+    return env
+
+
+def reference_env(game: str, num_envs: int):
+    """TorchRL's reference Atari pipeline (``benchmarks.torchrl_reference``) for ``game``."""
+    from accelrl.envs.games import gym_id
+    from benchmarks.torchrl_reference import make_parallel_env
+
+    name = gym_id(game).removeprefix("ALE/").removesuffix("-v5") + "NoFrameskip-v4"
+    return make_parallel_env(num_envs, env_name=name)
+
+
+# Names of the env-only pipelines of ``benchmarks.run``; "raw" is every row's reference.
+ENV_PIPELINES = ("raw", "accelrl ale_vec", "accelrl gym", "gymnasium async", "torchrl ref")
+
+
+def env_pipelines(
+    game: str,
+    num_envs: int,
+    threads: int,
+    *,
+    names: tuple[str, ...] = ENV_PIPELINES,
+    reuse: dict[str, Any] | None = None,
+    seed: int = 0,
+    warmup_steps: int = 20,
+) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
+    """Build, reset and warm up the env-only pipelines; returns (steppers, envs).
+
+    Every stepper advances its env by one batched step with pre-generated random actions, as a
+    collector would (TorchRL envs through ``step_and_maybe_reset``). ``reuse`` maps names to
+    envs already built (the reference pipeline is shared with the collection section).
+    Process-based pipelines are built first, before any simulator threads exist in this process.
+    """
+    from accelrl.config import EnvConfig
+    from accelrl.envs import make_env
+
+    reuse = reuse or {}
+    envs: dict[str, Any] = {}
+    order = sorted(names, key=lambda n: n in ("raw", "accelrl ale_vec"))
+    for name in order:
+        if name in reuse:
+            envs[name] = reuse[name]
+        elif name == "gymnasium async":
+            envs[name] = async_vector_env(game, num_envs, seed + 300)
+        elif name == "accelrl gym":
+            envs[name] = make_env(
+                EnvConfig(game=game, num_envs=num_envs, backend="gym"), seed=seed + 200
+            )
+        elif name == "torchrl ref":
+            envs[name] = reference_env(game, num_envs)
+        elif name == "raw":
+            envs[name] = raw_vec_env(game_rom(game), num_envs, threads, seed=seed)
+        elif name == "accelrl ale_vec":
+            envs[name] = make_env(
+                EnvConfig(game=game, num_envs=num_envs), seed=seed + 100, sim_threads=threads
+            )
+        else:
+            raise ValueError(f"unknown env pipeline {name!r}")
+    n_actions = int(envs["raw"].single_action_space.n) if "raw" in envs else None
+    if n_actions is None:
+        from accelrl.envs.ale_vec import AleVecEnv
+
+        probe = AleVecEnv(game, 1)
+        n_actions = probe.num_actions
+        probe.close()
+    actions = np.random.default_rng(seed).integers(0, n_actions, size=(ACTION_SEQ, num_envs))
+    steppers: dict[str, Callable[[], Any]] = {}
+    for name in names:
+        env = envs[name]
+        if name in ("raw", "gymnasium async"):
+            steppers[name] = raw_stepper(env, actions)
+        else:
+            steppers[name] = td_stepper(env, torch.from_numpy(actions))
+        for _ in range(warmup_steps):
+            steppers[name]()
+    return steppers, envs
+
+
+def game_rom(game: str) -> str:
+    from accelrl.envs.games import rom_id
+
+    return rom_id(game)
 
 
 def bench_num_envs(

@@ -10,7 +10,10 @@ next to the median time of one DQN update on the same batch: Nature-CNN + linear
 forward, target forward (no grad), backward and an Adam step, on 1 torch thread. The folder is
 deleted at the end.
 
-Run: ``python -m benchmarks.replay_memory [--capacity 1000000] [--dir PATH] [--json PATH]``.
+``measure`` does the work and returns the figures (``benchmarks.run`` uses it).
+
+Run: ``python -m benchmarks.replay_memory [--capacity 1000000] [--dir PATH] [--device cuda]
+[--json PATH]``.
 """
 
 from __future__ import annotations
@@ -54,35 +57,38 @@ def rss() -> dict[str, int]:
 
 
 def fake_batch(frames: torch.Tensor, gen: torch.Generator) -> TensorDict:
-    """A collector-like ``[16, STEPS]`` batch whose stacks all repeat one frame (zero copies)."""
+    """A collector-like ``[16, steps]`` batch whose stacks all repeat one frame (zero copies)."""
+    steps = frames.shape[1]
     pixels = frames[:, :, None].expand(-1, -1, 4, -1, -1)
-    done = torch.rand(NUM_ENVS, STEPS, 1, generator=gen) < 1 / 500  # Atari-like episode ends
+    done = torch.rand(NUM_ENVS, steps, 1, generator=gen) < 1 / 500  # Atari-like episode ends
     return TensorDict(
         {
             "pixels": pixels,
-            "action": torch.randint(NUM_ACTIONS, (NUM_ENVS, STEPS), generator=gen),
+            "action": torch.randint(NUM_ACTIONS, (NUM_ENVS, steps), generator=gen),
             "next": {
                 "pixels": pixels,
-                "reward": torch.randint(-1, 2, (NUM_ENVS, STEPS, 1), generator=gen).float(),
+                "reward": torch.randint(-1, 2, (NUM_ENVS, steps, 1), generator=gen).float(),
                 "done": done,
                 "terminated": done,
                 "life_lost": torch.zeros_like(done),
             },
         },
-        batch_size=[NUM_ENVS, STEPS],
+        batch_size=[NUM_ENVS, steps],
     )
 
 
-def dqn_update_seconds(batch_size: int, reps: int) -> float:
-    """Median seconds of one DQN update on a uint8 batch of ``batch_size`` stacks."""
-    online = torch.nn.Sequential(NatureCNN(), torch.nn.Linear(512, NUM_ACTIONS))
+def dqn_update_seconds(batch_size: int, reps: int, device: str = "cpu") -> float:
+    """Median seconds of one DQN update on a uint8 batch of ``batch_size`` stacks (moved from
+    the CPU to ``device`` inside the timed part, as a replay sample is)."""
+    online = torch.nn.Sequential(NatureCNN(), torch.nn.Linear(512, NUM_ACTIONS)).to(device)
     target = copy.deepcopy(online).requires_grad_(False)
     opt = torch.optim.Adam(online.parameters(), lr=1e-4)
-    obs = torch.randint(0, 256, (batch_size, 4, 84, 84), dtype=torch.uint8)
-    action = torch.randint(NUM_ACTIONS, (batch_size, 1))
+    obs_cpu = torch.randint(0, 256, (batch_size, 4, 84, 84), dtype=torch.uint8)
+    action = torch.randint(NUM_ACTIONS, (batch_size, 1), device=device)
     times = []
     for _ in range(reps + 1):  # the first one warms up allocators
         start = time.perf_counter()
+        obs = obs_cpu.to(device)
         with torch.no_grad():
             y = target(obs).max(-1).values
         q = online(obs).gather(-1, action).squeeze(-1)
@@ -90,6 +96,7 @@ def dqn_update_seconds(batch_size: int, reps: int) -> float:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        float(loss.detach())  # waits for the device
         times.append(time.perf_counter() - start)
     return median(times[1:])
 
@@ -103,99 +110,133 @@ def gb(x: float) -> str:
     return f"{x / 1e9:.3f} GB"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--capacity", type=int, default=1_000_000)
-    parser.add_argument("--dir", default=None, help="parent of the temporary storage folder")
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    capacity = args.capacity
+NAIVE_BYTES = 2 * 4 * 84 * 84  # uint8 stacks of obs and next obs, per transition
 
-    folder = Path(tempfile.mkdtemp(prefix="replay_bench_", dir=args.dir))
+
+def measure(
+    capacity: int,
+    *,
+    storage_dir: str | None = None,
+    batches: tuple[int, ...] = BATCHES,
+    sample_reps: int = SAMPLE_REPS,
+    update_reps: dict[int, int] | None = None,
+    device: str = "cpu",
+    verbose: bool = True,
+) -> dict:
+    """Fill an Atari-shaped ``FrameReplay`` of ``capacity`` transitions (memmap in a temporary
+    folder under ``storage_dir``, deleted at the end) and measure it; see the module doc."""
+    update_reps = update_reps or UPDATE_REPS
+    torch.manual_seed(0)
+    folder = Path(tempfile.mkdtemp(prefix="replay_bench_", dir=storage_dir))
     try:
         cfg = ReplayConfig(capacity=capacity, prioritized=True, n_step=3, storage_dir=str(folder))
         buf = FrameReplay(
             cfg, num_envs=NUM_ENVS, obs_key="pixels", obs_shape=(4, 84, 84), stack=4, gamma=0.99
         )
         gen = torch.Generator().manual_seed(0)
-        frames = torch.randint(0, 256, (NUM_ENVS, STEPS, 84, 84), dtype=torch.uint8)
+        # Batches of up to STEPS steps per env; small buffers need shorter ones (the replay
+        # keeps about two batches of headroom per env).
+        per_batch = max(16, min(STEPS, capacity // NUM_ENVS // 3))
+        frames = torch.randint(0, 256, (NUM_ENVS, per_batch, 84, 84), dtype=torch.uint8)
         mem_before = rss()
         start = time.perf_counter()
         steps = 0
         while steps < capacity:
             buf.extend(fake_batch(frames, gen))
-            steps += NUM_ENVS * STEPS
+            steps += NUM_ENVS * per_batch
         fill_s = time.perf_counter() - start
         mem = rss()
         disk = disk_bytes(folder)
         storage = sum(v.nbytes for v in buf.storage.values())
-        print(
-            f"capacity {capacity:,}: filled {steps:,} steps in {fill_s:.1f} s "
-            f"({steps / fill_s:,.0f} steps/s), {len(buf):,} transitions sampleable\n"
-        )
-
-        rows, results = [], {}
-        for batch_size in BATCHES:
+        if verbose:
+            print(
+                f"capacity {capacity:,}: filled {steps:,} steps in {fill_s:.1f} s "
+                f"({steps / fill_s:,.0f} steps/s), {len(buf):,} transitions sampleable"
+            )
+        results = {}
+        for batch_size in batches:
             times = []
-            for _ in range(SAMPLE_REPS + 1):  # the first one warms up
+            for _ in range(sample_reps + 1):  # the first one warms up
                 t0 = time.perf_counter()
                 buf.sample(batch_size)
                 times.append(time.perf_counter() - t0)
             sample_s = median(times[1:])
-            update_s = dqn_update_seconds(batch_size, UPDATE_REPS[batch_size])
-            rows.append([batch_size, sample_s * 1e3, update_s * 1e3, sample_s / update_s])
+            update_s = dqn_update_seconds(batch_size, update_reps[batch_size], device)
             results[batch_size] = {"sample_s": sample_s, "update_s": update_s}
-
-        per_step = storage / capacity  # storage is linear in capacity, the trees step by 2x
-        at_1m = per_step * 1e6 + tree_bytes(1_000_000)
-        label = "at 1M" if capacity == 1_000_000 else "at 1M (extrapolated)"
-        print_table(
-            ["", "measured", "per transition", label],
-            [
-                [
-                    "disk used (du)",
-                    gb(disk),
-                    f"{disk / capacity:,.0f} B",
-                    gb(disk / capacity * 1e6),
-                ],
-                ["storage tensors", gb(storage), f"{per_step:,.0f} B", gb(per_step * 1e6)],
-                [
-                    "priority trees (est.)",
-                    gb(tree_bytes(capacity)),
-                    f"{tree_bytes(capacity) / capacity:.0f} B",
-                    gb(tree_bytes(1_000_000)),
-                ],
-                ["storage + trees", "", "", f"{gb(at_1m)} (budget {gb(BUDGET)})"],
-            ],
-        )
-        print()
-        print_table(
-            ["process memory", "before fill", "after fill"],
-            [[key, gb(mem_before[key]), gb(mem[key])] for key in ("VmRSS", "RssAnon", "RssFile")],
-        )
-        print("(RssFile: mapped file pages, i.e. torch's libraries and the replay's page cache)\n")
-        print_table(["batch", "sample ms", "DQN update ms", "sample/update"], rows)
-        print(f"\n1M transitions in {gb(at_1m)}: {'PASS' if at_1m <= BUDGET else 'MISS'}")
-        if args.json:
-            write_json(
-                args.json,
-                {
-                    "machine": machine_info(),
-                    "capacity": capacity,
-                    "fill_steps_per_s": steps / fill_s,
-                    "disk_bytes": disk,
-                    "storage_bytes": storage,
-                    "tree_bytes": tree_bytes(capacity),
-                    "bytes_at_1m": at_1m,
-                    "rss_before": mem_before,
-                    "rss_after": mem,
-                    "batches": results,
-                },
-            )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    per_step = storage / capacity  # storage is linear in capacity, the trees step by 2x
+    return {
+        "capacity": capacity,
+        "extrapolated": capacity != 1_000_000,
+        "fill_steps_per_s": steps / fill_s,
+        "disk_bytes": disk,
+        "storage_bytes": storage,
+        "bytes_per_transition": per_step,
+        "tree_bytes": tree_bytes(capacity),
+        "bytes_at_1m": per_step * 1e6 + tree_bytes(1_000_000),
+        "naive_bytes_at_1m": NAIVE_BYTES * 1e6,
+        "rss_before": mem_before,
+        "rss_after": mem,
+        "device": device,
+        "batches": results,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--capacity", type=int, default=1_000_000)
+    parser.add_argument("--dir", default=None, help="parent of the temporary storage folder")
+    parser.add_argument("--device", default="cpu", help="where the DQN update runs")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    capacity = args.capacity
+    r = measure(capacity, storage_dir=args.dir, device=args.device)
+    disk, storage, per_step, at_1m = (
+        r["disk_bytes"],
+        r["storage_bytes"],
+        r["bytes_per_transition"],
+        r["bytes_at_1m"],
+    )
+    print()
+    label = "at 1M" if capacity == 1_000_000 else "at 1M (extrapolated)"
+    print_table(
+        ["", "measured", "per transition", label],
+        [
+            ["disk used (du)", gb(disk), f"{disk / capacity:,.0f} B", gb(disk / capacity * 1e6)],
+            ["storage tensors", gb(storage), f"{per_step:,.0f} B", gb(per_step * 1e6)],
+            [
+                "priority trees (est.)",
+                gb(tree_bytes(capacity)),
+                f"{tree_bytes(capacity) / capacity:.0f} B",
+                gb(tree_bytes(1_000_000)),
+            ],
+            ["storage + trees", "", "", f"{gb(at_1m)} (budget {gb(BUDGET)})"],
+        ],
+    )
+    print()
+    mem_before, mem = r["rss_before"], r["rss_after"]
+    print_table(
+        ["process memory", "before fill", "after fill"],
+        [[key, gb(mem_before[key]), gb(mem[key])] for key in ("VmRSS", "RssAnon", "RssFile")],
+    )
+    print("(RssFile: mapped file pages, i.e. torch's libraries and the replay's page cache)\n")
+    rows = [
+        [b, v["sample_s"] * 1e3, v["update_s"] * 1e3, v["sample_s"] / v["update_s"]]
+        for b, v in r["batches"].items()
+    ]
+    print_table(["batch", "sample ms", "DQN update ms", "sample/update"], rows)
+    print(f"\n1M transitions in {gb(at_1m)}: {'PASS' if at_1m <= BUDGET else 'MISS'}")
+    if args.json:
+        write_json(
+            args.json,
+            {
+                "machine": machine_info(),
+                **{k: v for k, v in r.items() if k != "batches"},
+                "batches": r["batches"],
+            },  # fmt: skip
+        )
 
 
 if __name__ == "__main__":

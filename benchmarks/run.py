@@ -1,0 +1,543 @@
+"""The benchmark suite: env, collection, training and replay throughput in one table.
+
+    python -m benchmarks.run [--quick] [--json PATH] [--games Pong Breakout] [--seconds S]
+                             [--device cpu|cuda] [--sections env collect train replay]
+
+Every row is a rate measured in this run next to the reference it is compared with, measured in
+the same run, their ratio (the median of per-round paired ratios where the two alternate in
+rounds) and the target, with ``MISSED`` where the target is not met:
+
+- env (per game): agent steps/s (frames/s = 4x) of raw ale-py ``AtariVectorEnv`` (the simulator
+  ceiling: preprocessing in C++, numpy out), accelrl's ``make_env`` with the ``ale_vec`` and
+  ``gym`` backends, gymnasium's ``AsyncVectorEnv`` of preprocessed ALE envs and TorchRL's
+  reference pipeline (``benchmarks.torchrl_reference``), all with ``--num-envs`` simulators and
+  random actions, alternating in 0.1 s rounds. Reference: raw. Target: accelrl >= 0.9 x raw.
+- collect (first game): the Nature-CNN actor-critic in the loop, no training. Every
+  ``CollectorConfig.kind`` this checkout has (read at run time), ale-py's async mode, TorchRL's
+  reference pipeline with its ``Collector``, and the parts of the synchronous ceiling: env alone
+  and inference alone (frames to the policy's device, actions back), ceiling =
+  ``1 / (1/env_rate + inference_s_per_step)`` per round. Targets: >= 0.9 x ceiling and >= 4 x
+  TorchRL's reference for every accelrl kind.
+- train (first game): each recipe's ``train(cfg)`` against a plain PyTorch loop with the same
+  simulators, network and hyperparameters (``benchmarks.plain_loops``), frames/s after warm-up
+  iterations (``benchmarks.train_throughput``). Target: >= 1.0 x plain.
+- replay: ``FrameReplay`` bytes per 1M Atari transitions (target <= 7.5 GB; reference: storing
+  obs and next obs stacks) and sample + DQN update time at batch 512 and 2048 against the update
+  alone (``benchmarks.replay_memory``).
+
+``--quick`` (about 2.5 minutes on 2 cores): 2 simulators, short rounds, small training batches
+and few iterations, one game, a 40k-transition replay extrapolated to 1M. Its figures check that
+everything runs; only full runs are worth quoting. Startup (worker processes, first batches) is
+never timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import sys
+import time
+import warnings
+from typing import Any
+
+import torch
+
+from benchmarks.common import (
+    Row,
+    cores,
+    machine_info,
+    median,
+    median_ratio,
+    print_summary,
+    run_rounds,
+    time_steps,
+    write_json,
+)
+
+SECTIONS = ("env", "collect", "train", "replay")
+FRAMESKIP = 4
+ENV_TARGET = 0.9
+CEILING_TARGET = 0.9
+REFERENCE_TARGET = 4.0
+TRAIN_TARGET = 1.0
+REPLAY_BUDGET_GB = 7.5
+
+ENV_LABELS = {
+    "raw": "raw ale-py AtariVectorEnv",
+    "accelrl ale_vec": "accelrl make_env ale_vec",
+    "accelrl gym": "accelrl make_env gym (ParallelEnv)",
+    "gymnasium async": "gymnasium AsyncVectorEnv",
+    "torchrl ref": "TorchRL ref (ParallelEnv+transforms)",
+}
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# --- env --------------------------------------------------------------------------------------
+
+
+def env_section(
+    args: argparse.Namespace, threads: int, keep_ref: bool
+) -> tuple[list[Row], dict[str, Any], Any]:
+    """Env-only rows for every game; returns the first game's reference env when ``keep_ref``
+    (the collection section reuses it: its 8 spawned workers take a minute to start)."""
+    from benchmarks.env_throughput import ENV_PIPELINES, env_pipelines
+
+    n = args.num_envs
+    rows: list[Row] = []
+    details: dict[str, Any] = {}
+    kept = None
+    seg_s = 0.1
+    rounds = max(2, round(args.seconds / seg_s))
+    for gi, game in enumerate(args.games):
+        t0 = time.perf_counter()
+        log(f"env {game}: building {len(ENV_PIPELINES)} pipelines of {n} simulators ...")
+        steppers, envs = env_pipelines(game, n, threads, seed=1000 * gi)
+        log(f"  built in {time.perf_counter() - t0:.0f} s; {rounds} rounds x {seg_s} s each")
+        segments = {name: (lambda s, st=st: time_steps(st, n, s)) for name, st in steppers.items()}
+        rates = run_rounds(segments, rounds, seg_s, verbose=args.verbose)
+        for name, env in envs.items():
+            if keep_ref and gi == 0 and name == "torchrl ref":
+                kept = env
+            else:
+                env.close()
+        raw = rates["raw"]
+        for name in ENV_PIPELINES:
+            r = rates[name]
+            accelrl = name.startswith("accelrl")
+            rows.append(
+                Row(
+                    "env",
+                    f"env {game}: {ENV_LABELS[name]}",
+                    median(r),
+                    "steps/s",
+                    FRAMESKIP * median(r),
+                    reference="" if name == "raw" else f"raw, {n} sims",
+                    ref_rate=None if name == "raw" else median(raw),
+                    ratio=None if name == "raw" else median_ratio(r, raw),
+                    target=ENV_TARGET if accelrl else None,
+                )
+            )
+        details[game] = {"num_envs": n, "sim_threads": threads, "per_round": rates}
+    return rows, details, kept
+
+
+# --- collection -------------------------------------------------------------------------------
+
+
+def collect_pipelines(n: int, workers: int) -> list[tuple[str, str, int, int, int]]:
+    """(label, kind, envs per process, worker processes, ale-py async rows) for every collector
+    kind this checkout has, with ``n`` simulators in all."""
+    from benchmarks.collector_throughput import collector_kinds
+
+    kinds = collector_kinds()
+    w = workers if workers >= 1 and n % workers == 0 else 0
+    out = [(f"sync in-process {n}", "sync", n, 0, 0)]
+    if w:
+        out.append((f"sync {w} workers x {n // w}", "sync", n // w, w, 0))
+    if "alternating" in kinds and n >= 2 and n % 2 == 0:
+        out.append((f"alternating 2 x {n // 2}", "alternating", n, 0, 0))
+    if "async" in kinds and w:
+        out.append((f"async {w} workers x {n // w}", "async", n // w, w, 0))
+    if "batched" in kinds and w:
+        out.append((f"batched {n} slots, {w} procs", "batched", n // w, w, 0))
+    if n >= 2:
+        out.append((f"sync ale-py async mode {n // 2}/{n}", "sync", n, 0, n // 2))
+    return out
+
+
+def shutdown_all(iterators: list[Any], collectors: dict[str, Any]) -> None:
+    """Close the iterators (a suspended collector generator shuts its collector down when it is
+    collected, late and noisily), shut the collectors down and collect them now: TorchRL's
+    weight-sync objects left for interpreter exit can deadlock in their ``__del__``."""
+    import gc
+
+    for it in iterators:
+        try:
+            it.close()
+        except Exception as err:  # noqa: BLE001 - best effort: shutdown follows
+            log(f"  (closing a collector iterator: {err!r})")
+    for c in collectors.values():
+        try:
+            c.shutdown()
+        except Exception as err:  # noqa: BLE001
+            log(f"  (collector shutdown: {err!r})")
+    iterators.clear()
+    collectors.clear()
+    gc.collect()
+
+
+def collect_section(args: argparse.Namespace, ref_env: Any) -> tuple[list[Row], dict[str, Any]]:
+    from benchmarks.collector_throughput import (
+        BackgroundSegment,
+        build_accelrl,
+        build_reference,
+        collector_segment,
+        env_segment,
+        inference_segment,
+    )
+
+    game, n, steps, device = args.games[0], args.num_envs, args.steps, args.device
+    from accelrl.envs.ale_vec import AleVecEnv
+
+    probe = AleVecEnv(game, 1)
+    num_actions = probe.num_actions
+    probe.close()
+    pipelines = collect_pipelines(n, args.workers)
+    t0 = time.perf_counter()
+    log(
+        f"collect {game}: building {len(pipelines)} accelrl collectors and TorchRL's reference "
+        f"({n} simulators each, {steps} steps per simulator per batch, policy on {device}) ..."
+    )
+    collectors: dict[str, Any] = {}
+    iterators: list[Any] = []
+    segments: dict[str, Any] = {}
+    background: list[BackgroundSegment] = []
+    for i, (label, kind, per_proc, w, rows) in enumerate(pipelines):
+        c, fpb = build_accelrl(
+            per_proc, w, rows, num_actions, seed=100 * i, kind=kind, steps=steps,
+            device=device, game=game,
+        )  # fmt: skip
+        collectors[label] = c
+        it = iter(c)
+        iterators.append(it)
+        next(it)  # warm-up: the first batch holds the workers' start
+        if kind in ("async", "batched"):
+            seg = BackgroundSegment(c, it, fpb, max(1, w))
+            seg._settle()
+            background.append(seg)
+            segments[label] = seg
+        else:
+            segments[label] = collector_segment(it, fpb)
+    ref, fpb = build_reference(n, num_actions, env=ref_env, steps=steps, device=device, game=game)
+    collectors["reference"] = ref
+    it = iter(ref)
+    iterators.append(it)
+    next(it)
+    segments["reference"] = collector_segment(it, fpb)
+    env, segments["env alone"] = env_segment(n, seed=5000, game=game)
+    segments["inference alone"] = inference_segment(n, num_actions, device)
+    log(f"  built and warmed up in {time.perf_counter() - t0:.0f} s (not timed)")
+
+    rounds = args.collect_rounds
+    seg_s = args.seconds / rounds
+    log(f"  {rounds} rounds x {seg_s:.2f} s per pipeline (collectors run whole batches)")
+    rates = run_rounds(segments, rounds, seg_s, verbose=args.verbose)
+    for seg in background:
+        seg.close()
+    shutdown_all(iterators, collectors)
+    env.close()
+
+    ceiling = [
+        1.0 / (1.0 / e + 1.0 / i)
+        for e, i in zip(rates["env alone"], rates["inference alone"], strict=True)
+    ]
+    ref_r = rates["reference"]
+    out: list[Row] = []
+    for label, *_ in pipelines:
+        r = rates[label]
+        what = f"collect {game}: accelrl {label}"
+        common = dict(rate=median(r), unit="steps/s", frames_per_s=FRAMESKIP * median(r))
+        out.append(
+            Row(
+                "collect",
+                what,
+                **common,
+                reference="sync ceiling",
+                ref_rate=median(ceiling),
+                ratio=median_ratio(r, ceiling),
+                target=CEILING_TARGET,
+            )
+        )
+        out.append(
+            Row(
+                "collect",
+                what,
+                **common,
+                reference="TorchRL ref Collector",
+                ref_rate=median(ref_r),
+                ratio=median_ratio(r, ref_r),
+                target=REFERENCE_TARGET,
+            )
+        )
+    env_r, inf_r = rates["env alone"], rates["inference alone"]
+    out.append(
+        Row(
+            "collect",
+            f"collect {game}: TorchRL ref (ParallelEnv+transforms) + Collector",
+            median(ref_r),
+            "steps/s",
+            FRAMESKIP * median(ref_r),
+            reference="sync ceiling",
+            ref_rate=median(ceiling),
+            ratio=median_ratio(ref_r, ceiling),
+        )
+    )
+    out.append(
+        Row(
+            "collect",
+            f"collect {game}: ceiling 1/(1/env + inference s/step)",
+            median(ceiling),
+            "steps/s",
+            FRAMESKIP * median(ceiling),
+        )
+    )
+    out.append(
+        Row(
+            "collect",
+            f"collect {game}: part: accelrl env alone, {n} sims",
+            median(env_r),
+            "steps/s",
+            FRAMESKIP * median(env_r),
+        )
+    )
+    ms = 1e3 * n / median(inf_r)
+    out.append(
+        Row(
+            "collect",
+            f"collect {game}: part: inference alone, batch {n} ({ms:.2f} ms)",
+            median(inf_r),
+            "steps/s",
+        )
+    )
+    details = {
+        "game": game,
+        "num_envs": n,
+        "steps_per_env_per_batch": steps,
+        "device": device,
+        "pipelines": [list(p) for p in pipelines],
+        "inference_ms_per_batch": ms,
+        "per_round": {**rates, "ceiling": ceiling},
+    }
+    return out, details
+
+
+# --- training ---------------------------------------------------------------------------------
+
+
+def train_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
+    from benchmarks.train_throughput import available_specs, bench_spec, quiet_accelrl_logging
+
+    quiet_accelrl_logging()
+    game = args.games[0]
+    rows, details = [], {}
+    specs = [s for s in available_specs() if not args.recipes or s.name in args.recipes]
+    log(f"train {game}: {[s.name for s in specs]}, {args.train_rounds} round(s) each ...")
+    for spec in specs:
+        res = bench_spec(
+            spec,
+            game,
+            args.device,
+            args.quick,
+            args.train_rounds,
+            num_envs=args.train_envs,
+            verbose=True,
+        )
+        details[spec.name] = res
+        rows.append(
+            Row(
+                "train",
+                f"train {game}: {spec.name} ({res['config']})",
+                res["recipe_fps"] / FRAMESKIP,
+                "steps/s",
+                res["recipe_fps"],
+                reference=spec.reference,
+                ref_rate=res["plain_fps"] / FRAMESKIP,
+                ratio=res["ratio"],
+                target=TRAIN_TARGET,
+            )
+        )
+    return rows, details
+
+
+# --- replay -----------------------------------------------------------------------------------
+
+
+def replay_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
+    from benchmarks.replay_memory import measure
+
+    cap = args.replay_capacity
+    log(f"replay: filling a {cap:,}-transition FrameReplay (memmap) ...")
+    reps = {512: 1, 2048: 1} if args.quick else None
+    res = measure(
+        cap,
+        storage_dir=args.replay_dir,
+        sample_reps=5 if args.quick else 20,
+        update_reps=reps,
+        device=args.device,
+        verbose=False,
+    )
+    how = f"extrapolated from {cap // 1000}k" if res["extrapolated"] else "measured"
+    rows = [
+        Row(
+            "replay",
+            f"replay: FrameReplay per 1M Atari transitions ({how})",
+            res["bytes_at_1m"] / 1e9,
+            "GB",
+            reference="obs+next obs uint8 stacks",
+            ref_rate=res["naive_bytes_at_1m"] / 1e9,
+            ratio=res["bytes_at_1m"] / res["naive_bytes_at_1m"],
+            target=REPLAY_BUDGET_GB,
+            op="<=",
+            target_on="rate",
+        )
+    ]
+    for batch, v in res["batches"].items():
+        total = v["sample_s"] + v["update_s"]
+        rows.append(
+            Row(
+                "replay",
+                f"replay: sample + DQN update, batch {batch} ({args.device})",
+                1e3 * total,
+                "ms",
+                reference="DQN update alone",
+                ref_rate=1e3 * v["update_s"],
+                ratio=total / v["update_s"],
+            )
+        )
+    return rows, res
+
+
+# --- main -------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--quick", action="store_true", help="smoke-test sizes (~2.5 min on 2 cores)")
+    p.add_argument("--json", default=None, help="write rows and raw measurements here")
+    p.add_argument("--games", nargs="+", default=None, help="default Pong Breakout (quick: Pong)")
+    p.add_argument(
+        "--seconds", type=float, default=0, help="timed seconds per pipeline (default 6, quick 1)"
+    )
+    p.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
+    p.add_argument("--device", default="cpu", help="policy/learner device: cpu, cuda, auto")
+    p.add_argument("--num-envs", type=int, default=0, help="simulators (default 8, quick 2)")
+    p.add_argument("--workers", type=int, default=-1, help="collector worker processes")
+    p.add_argument("--steps", type=int, default=0, help="collection steps per simulator/batch")
+    p.add_argument("--collect-rounds", type=int, default=0)
+    p.add_argument("--train-rounds", type=int, default=0, help="default 3, quick 1")
+    p.add_argument("--train-envs", type=int, default=0, help="PPO/APPO/A2C simulators override")
+    p.add_argument("--recipes", nargs="+", default=None, help="subset: ppo a2c dqn ...")
+    p.add_argument("--replay-capacity", type=int, default=0, help="default 1M, quick 40k")
+    p.add_argument("--replay-dir", default=None, help="parent folder of the memmap replay")
+    p.add_argument("--threads", type=int, default=0, help="simulator threads (0: core count)")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every round")
+    args = p.parse_args(argv)
+    q = args.quick
+    args.games = args.games or (["Pong"] if q else ["Pong", "Breakout"])
+    args.seconds = args.seconds or (1.0 if q else 6.0)
+    args.num_envs = args.num_envs or (2 if q else 8)
+    if args.workers < 0:
+        args.workers = 1 if q else min(2, cores(), args.num_envs)
+    args.steps = args.steps or (16 if q else 64)
+    args.collect_rounds = args.collect_rounds or (2 if q else 5)
+    args.train_rounds = args.train_rounds or (1 if q else 3)
+    args.replay_capacity = args.replay_capacity or (40_000 if q else 1_000_000)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    start = time.perf_counter()
+    torch.set_num_threads(1)  # next to ALE's threads torch's default threads stall
+    import torchrl  # noqa: F401  (configures its logger on import; quieten it afterwards)
+
+    logging.getLogger("torchrl").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", category=UserWarning, module="torchrl")
+    threads = args.threads or cores()
+    info = machine_info()
+    log(
+        f"benchmarks.run{' --quick' if args.quick else ''}: {info['cores']} cores, device "
+        f"{args.device}, games {args.games}, {args.num_envs} simulators, {args.seconds:g} s "
+        f"per pipeline, sections {args.sections}"
+    )
+    rows: list[Row] = []
+    details: dict[str, Any] = {}
+    ref_env = None
+    section_s: dict[str, float] = {}
+    for section in SECTIONS:
+        if section not in args.sections:
+            continue
+        t0 = time.perf_counter()
+        if section == "env":
+            r, details["env"], ref_env = env_section(args, threads, "collect" in args.sections)
+        elif section == "collect":
+            r, details["collect"] = collect_section(args, ref_env)
+            ref_env = None
+        elif section == "train":
+            r, details["train"] = train_section(args)
+        else:
+            r, details["replay"] = replay_section(args)
+        rows += r
+        section_s[section] = time.perf_counter() - t0
+        log(f"{section}: {section_s[section]:.0f} s")
+    if ref_env is not None:
+        ref_env.close()
+    elapsed = time.perf_counter() - start
+
+    print()
+    quick = " (QUICK: smoke-test sizes)" if args.quick else ""
+    print(
+        f"accelrl benchmarks, {info['date']}, {info['cores']} cores, torch {info['torch']}, "
+        f"device {args.device}; rates are medians over rounds, ratios medians of per-round "
+        f"paired ratios; frames/s = 4 x agent steps/s{quick}"
+    )
+    print_summary(rows)
+    missed = [r for r in rows if r.met == "MISSED"]
+    print(f"\n{len(missed)} of {sum(r.target is not None for r in rows)} targets MISSED")
+    for r in missed:
+        ratio = "nan" if r.ratio is None or not math.isfinite(r.ratio) else f"{r.ratio:.3f}"
+        print(f"  MISSED: {r.what} vs {r.reference or 'target'}: {ratio} ({r.target_text()})")
+    print(
+        f"total {elapsed:.0f} s (" + ", ".join(f"{k} {v:.0f} s" for k, v in section_s.items()) + ")"
+    )
+    payload = {
+        **info,
+        "argv": sys.argv[1:] if argv is None else argv,
+        "quick": args.quick,
+        "device": args.device,
+        "games": args.games,
+        "num_envs": args.num_envs,
+        "workers": args.workers,
+        "sections": args.sections,
+        "seconds": args.seconds,
+        "elapsed_s": elapsed,
+        "section_s": section_s,
+        "rows": [r.as_dict() for r in rows],
+        "details": details,
+    }
+    if args.json:
+        write_json(args.json, payload)
+    return payload
+
+
+def run_and_exit(fn, argv: list[str] | None = None) -> None:
+    """Run ``fn(argv)`` and leave with ``os._exit``: TorchRL collectors' finalizers
+    (weight-sync schemes putting to multiprocessing queues during interpreter shutdown) were seen
+    to deadlock at exit after every collector had been shut down; nothing is left to clean up."""
+    import os
+
+    code = 0
+    try:
+        fn(argv)
+    except SystemExit as err:
+        code = err.code if isinstance(err.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    run_and_exit(main)

@@ -1,0 +1,325 @@
+"""Training-loop throughput: each recipe's ``train(cfg)`` against a plain PyTorch loop
+(``benchmarks.plain_loops``) with the same simulators, network and hyperparameters.
+
+Each recipe runs in this process through its importable ``train(cfg)`` with a temporary run
+folder, no TensorBoard, no progress bar, no evaluation episodes and no checkpoint before the
+final one, for a fixed number of iterations (batches). Setup is excluded by reading the run's
+``metrics.csv``: one row per update with the frames so far and the seconds since the run's
+logger started, so frames/s is taken between the row that ends the warm-up iterations and the
+last row (``plain_loops.steady_fps``; the plain loops record the same per iteration). The
+first iterations hold the collector's start (worker processes), allocator warm-up and, for
+DQN, the batches before learning starts; the final checkpoint is written after the last row.
+
+Recipe and plain loop alternate within each round (order swapped every round) and the ratio is
+the median of the per-round ratios.
+
+Run alone: ``python -m benchmarks.train_throughput [--quick] [--recipes ppo a2c] [--device cuda]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from benchmarks.common import cores, median, median_ratio
+from benchmarks.plain_loops import (
+    A2CSettings,
+    PPOSettings,
+    Record,
+    dqn_settings,
+    plain_a2c,
+    plain_dqn,
+    plain_ppo,
+    steady_fps,
+)
+
+FRAMESKIP = 4
+
+
+@dataclass
+class TrainSpec:
+    """One training row: which recipe, how it is configured, its plain reference."""
+
+    name: str
+    module: str
+    section: str  # the recipe's hyperparameter section (cfg.ppo, cfg.a2c, ...)
+    iterations: tuple[int, int]  # (full, quick) batches per run, warm-up included
+    warmup: tuple[int, int]  # (full, quick) batches excluded from the rate
+    preset: str | None = None
+    reference: str = ""
+
+
+SPECS = [
+    TrainSpec("ppo", "recipes.ppo_atari", "ppo", (4, 2), (1, 1), reference="plain PPO"),
+    TrainSpec("a2c", "recipes.a2c_atari", "a2c", (45, 8), (5, 3), reference="plain A2C"),
+    TrainSpec("dqn", "recipes.dqn_atari", "dqn", (33, 4), (3, 2), reference="plain DQN"),
+    TrainSpec(
+        "dqn-512",
+        "recipes.dqn_atari",
+        "dqn",
+        (6, 2),
+        (2, 1),
+        preset="dqn-512",
+        reference="plain double DQN",
+    ),
+    TrainSpec(
+        "rainbow",
+        "recipes.dqn_atari",
+        "dqn",
+        (23, 4),
+        (3, 2),
+        preset="rainbow",
+        reference="plain rainbow",
+    ),
+    TrainSpec("appo", "recipes.appo_atari", "appo", (6, 3), (2, 2), reference="plain PPO"),
+]
+
+
+def available_specs() -> list[TrainSpec]:
+    """The specs whose recipe module exists in this checkout (APPO landed later). A recipe
+    that exists but fails to import is an error, not a missing row."""
+    import importlib.util
+
+    return [spec for spec in SPECS if importlib.util.find_spec(spec.module) is not None]
+
+
+def quiet_accelrl_logging() -> None:
+    """Keep ``Run``'s console lines (run dir, threads) out of the benchmark's output."""
+    log = logging.getLogger("accelrl")
+    if not log.handlers:
+        log.addHandler(logging.NullHandler())
+    log.setLevel(logging.WARNING)
+    log.propagate = False
+
+
+def make_config(
+    spec: TrainSpec,
+    game: str,
+    device: str,
+    quick: bool,
+    run_dir: str,
+    num_envs: int = 0,
+) -> Any:
+    """The recipe's ``Config`` for a benchmark run (resolved: presets applied)."""
+    mod = importlib.import_module(spec.module)
+    cfg = mod.Config()
+    cfg.env.game = game
+    cfg.device = device
+    cfg.run_dir = run_dir
+    cfg.log.progress = False
+    cfg.log.tensorboard = False
+    cfg.log.eval_episodes = 0
+    cfg.log.checkpoint_every_frames = 10**12
+    algo = getattr(cfg, spec.section)
+    if spec.name in ("ppo", "appo"):
+        if num_envs:
+            cfg.env.num_envs = num_envs
+        steps = 16 if quick else cfg.collector.frames_per_batch // cfg.env.num_envs
+        procs = 1 if getattr(cfg.collector, "kind", "sync") == "async" else None
+        procs = procs or max(1, cfg.collector.num_workers)
+        cfg.collector.frames_per_batch = cfg.env.num_envs * procs * steps
+    elif spec.name == "a2c":
+        if num_envs:
+            steps = cfg.collector.frames_per_batch // cfg.env.num_envs
+            cfg.env.num_envs = num_envs
+            cfg.collector.frames_per_batch = num_envs * steps
+    else:
+        algo.preset = spec.preset or "none"
+        algo.replay_capacity = 10_000 if quick else 50_000
+        if quick and spec.preset == "dqn-512":
+            # 16 instead of 64 simulators: starting 64 emulators takes ~15 s on 2 cores.
+            cfg.env.num_envs, cfg.collector.frames_per_batch = 16, 64
+        cfg = mod.resolve(cfg)
+        algo = cfg.dqn
+        # Learning starts after the first batch: every later iteration updates.
+        algo.learning_starts = cfg.collector.frames_per_batch * FRAMESKIP
+    iters = spec.iterations[quick]
+    cfg.total_frames = iters * cfg.collector.frames_per_batch * FRAMESKIP
+    return cfg
+
+
+def read_records(run_dir: str) -> list[Record]:
+    with open(os.path.join(run_dir, "metrics.csv"), newline="") as f:
+        return [(int(float(r["frames"])), float(r["time_s"])) for r in csv.DictReader(f)]
+
+
+def run_recipe(spec: TrainSpec, cfg: Any) -> list[Record]:
+    mod = importlib.import_module(spec.module)
+    try:
+        mod.train(cfg)
+        return read_records(cfg.run_dir)
+    finally:
+        torch.set_num_threads(1)
+        shutil.rmtree(cfg.run_dir, ignore_errors=True)
+
+
+def plain_runner(spec: TrainSpec, cfg: Any, seed: int) -> Callable[[], list[Record]]:
+    """The plain loop with ``cfg``'s settings, simulator threads and learner torch threads."""
+    from accelrl.collect import plan_threads
+
+    iterations = cfg.total_frames // (cfg.collector.frames_per_batch * FRAMESKIP)
+    plan = plan_threads(cfg.threads, 0)  # plain loops run the simulators in-process
+    learner_threads = plan_threads(cfg.threads, cfg.collector.num_workers).learner_torch
+    kw = dict(device=cfg.device, threads=plan.sim_threads, seed=seed, sticky=cfg.env.sticky_actions)
+    # One batch: every simulator T steps (async: one worker's simulators).
+    kind = getattr(cfg.collector, "kind", "sync")
+    envs = cfg.env.num_envs * (1 if kind == "async" else max(1, cfg.collector.num_workers))
+    steps = cfg.collector.frames_per_batch // envs
+    if spec.name in ("ppo", "appo"):
+        a = getattr(cfg, spec.section)
+        s = PPOSettings(
+            num_envs=envs,
+            steps=steps,
+            epochs=a.epochs,
+            minibatches=a.minibatches,
+            lr=a.lr,
+            clip=a.clip_epsilon,
+            gamma=a.gamma,
+            lam=a.gae_lambda,
+            ent_coef=a.entropy_coef,
+            vf_coef=a.value_coef,
+            max_grad_norm=a.max_grad_norm,
+            adam_eps=a.adam_eps,
+            total_frames=cfg.total_frames,
+        )
+
+        def run() -> list[Record]:
+            return plain_ppo(cfg.env.game, s, iterations, **kw)
+    elif spec.name == "a2c":
+        a = cfg.a2c
+        s2 = A2CSettings(
+            num_envs=envs,
+            steps=steps,
+            lr=a.lr,
+            alpha=a.rms_alpha,
+            eps=a.eps,
+            gamma=a.gamma,
+            ent_coef=a.entropy_coef,
+            vf_coef=a.value_coef,
+            max_grad_norm=a.max_grad_norm,
+            total_frames=cfg.total_frames,
+        )
+
+        def run() -> list[Record]:
+            return plain_a2c(cfg.env.game, s2, iterations, **kw)
+    else:
+        s3 = dqn_settings(
+            cfg.dqn, envs, cfg.collector.frames_per_batch, total_frames=cfg.total_frames
+        )
+
+        def run() -> list[Record]:
+            return plain_dqn(cfg.env.game, s3, iterations, **kw)
+
+    def wrapped() -> list[Record]:
+        torch.set_num_threads(learner_threads)
+        try:
+            return run()
+        finally:
+            torch.set_num_threads(1)
+
+    return wrapped
+
+
+def describe(spec: TrainSpec, cfg: Any) -> str:
+    c, e = cfg.collector, cfg.env
+    kind = getattr(c, "kind", "sync")
+    if spec.name in ("ppo", "appo"):
+        a = getattr(cfg, spec.section)
+        procs = f"{c.num_workers}w x " if c.num_workers else ""
+        return (
+            f"{kind} {procs}{e.num_envs} envs, batch {c.frames_per_batch}, "
+            f"{a.epochs}x{a.minibatches} minibatches"
+        )
+    if spec.name == "a2c":
+        return f"{e.num_envs} envs x {c.frames_per_batch // e.num_envs} steps"
+    d = cfg.dqn
+    return (
+        f"{e.num_envs} envs x {c.frames_per_batch // e.num_envs}, batch {d.batch_size}, "
+        f"intensity {d.training_intensity:g}, replay {d.replay_capacity // 1000}k"
+    )
+
+
+def bench_spec(
+    spec: TrainSpec,
+    game: str,
+    device: str,
+    quick: bool,
+    rounds: int,
+    num_envs: int = 0,
+    verbose: bool = True,
+) -> dict[str, Any]:
+    """Recipe and plain loop alternately for ``rounds`` rounds; rates in frames/s."""
+    warmup = spec.warmup[quick]
+    rates: dict[str, list[float]] = {"recipe": [], "plain": []}
+    details: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    for r in range(rounds):
+        order = ("recipe", "plain") if r % 2 == 0 else ("plain", "recipe")
+        for which in order:
+            run_dir = tempfile.mkdtemp(prefix=f"bench_{spec.name}_")
+            cfg = make_config(spec, game, device, quick, run_dir, num_envs)
+            if which == "recipe":
+                records = run_recipe(spec, cfg)
+            else:
+                shutil.rmtree(run_dir, ignore_errors=True)
+                records = plain_runner(spec, cfg, seed=r)()
+            rates[which].append(steady_fps(records, warmup))
+            details["config"] = describe(spec, cfg)
+            details.setdefault(f"records_{which}", []).append(records)
+        if verbose:
+            print(
+                f"  train {spec.name} round {r + 1}/{rounds}: recipe "
+                f"{rates['recipe'][-1]:,.0f} frames/s, plain {rates['plain'][-1]:,.0f}",
+                flush=True,
+            )
+    return {
+        "name": spec.name,
+        "reference": spec.reference,
+        "recipe_fps": median(rates["recipe"]),
+        "plain_fps": median(rates["plain"]),
+        "ratio": median_ratio(rates["recipe"], rates["plain"]),
+        "per_round": rates,
+        "warmup_iterations": warmup,
+        "iterations": spec.iterations[quick],
+        "seconds": time.perf_counter() - t0,
+        **details,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--game", default="Pong")
+    p.add_argument("--recipes", nargs="+", default=None, help="subset of " + str(
+        [s.name for s in SPECS]))  # fmt: skip
+    p.add_argument("--rounds", type=int, default=0, help="0: 2 (1 with --quick)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--num-envs", type=int, default=0, help="PPO/APPO/A2C simulators (0: recipe's)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    quiet_accelrl_logging()
+    rounds = args.rounds or (1 if args.quick else 2)
+    print(f"{cores()} cores, device {args.device}")
+    for spec in available_specs():
+        if args.recipes and spec.name not in args.recipes:
+            continue
+        res = bench_spec(spec, args.game, args.device, args.quick, rounds, args.num_envs)
+        print(
+            f"{spec.name:8s} {res['config']}: recipe {res['recipe_fps']:,.0f} frames/s, "
+            f"{spec.reference} {res['plain_fps']:,.0f}, ratio {res['ratio']:.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""The benchmark suite runs end to end (``python -m benchmarks.run --quick``) and its table has
+every row with finite figures. Benchmarks are not tests: nothing here asserts a speed or a met
+target."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
+    out = tmp_path_factory.mktemp("bench") / "quick.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,  # a hang guard, not a speed requirement (about 2.5 minutes on 2 cores)
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text()), proc.stdout
+
+
+def expected_rows(payload: dict) -> list[str]:
+    from benchmarks.run import ENV_LABELS, collect_pipelines
+    from benchmarks.train_throughput import available_specs
+
+    game = payload["games"][0]
+    names = [f"env {g}: {label}" for g in payload["games"] for label in ENV_LABELS.values()]
+    collect = payload["details"]["collect"]
+    n = collect["num_envs"]
+    for label, *_ in collect_pipelines(n, payload["workers"]):
+        names += [f"collect {game}: accelrl {label}"] * 2  # vs ceiling and vs TorchRL
+    names += [
+        f"collect {game}: TorchRL ref (ParallelEnv+transforms) + Collector",
+        f"collect {game}: ceiling 1/(1/env + inference s/step)",
+        f"collect {game}: part: accelrl env alone, {n} sims",
+    ]
+    names += [f"train {game}: {spec.name} (" for spec in available_specs()]
+    names += ["replay: FrameReplay per 1M Atari transitions", "replay: sample + DQN update"]
+    return names
+
+
+@pytest.mark.slow
+def test_quick_run_has_every_row_with_finite_figures(quick_run: tuple[dict, str]) -> None:
+    payload, stdout = quick_run
+    rows = payload["rows"]
+    whats = [r["what"] for r in rows]
+    for name in expected_rows(payload):
+        assert any(w.startswith(name) for w in whats), f"missing row {name!r} in {whats}"
+    # Every collector kind this checkout has is in the table.
+    from benchmarks.collector_throughput import collector_kinds
+
+    for kind in collector_kinds():
+        assert any(f"accelrl {kind}" in w for w in whats), kind
+    assert sum(w.startswith("replay: sample + DQN update") for w in whats) == 2
+    assert any("inference alone" in w for w in whats)
+    for r in rows:
+        assert r["rate"] is not None and math.isfinite(r["rate"]) and r["rate"] > 0, r
+        if r["reference"]:
+            assert r["ref_rate"] is not None and math.isfinite(r["ref_rate"]), r
+            assert r["ratio"] is not None and math.isfinite(r["ratio"]) and r["ratio"] > 0, r
+        assert r["met"] in ("yes", "MISSED", "-"), r
+        if r["target"] is not None:
+            assert r["met"] in ("yes", "MISSED"), r
+    # One table on stdout, every row in it, misses spelled out.
+    assert stdout.count("what ") == 1 and "met?" in stdout
+    for w in whats:
+        assert w in stdout
+    missed = sum(r["met"] == "MISSED" for r in rows)
+    assert f"{missed} of {sum(r['target'] is not None for r in rows)} targets MISSED" in stdout
