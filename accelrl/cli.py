@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import io
 import json
 import sys
@@ -33,6 +34,10 @@ def run_recipe(
     A flag that does not parse or a ``ConfigError`` (raised before any worker starts) becomes
     one line on stderr and exit code 2.
     """
+    # A crash in native code (SIGSEGV, SIGABRT) prints every thread's Python stack first.
+    if not faulthandler.is_enabled():
+        with contextlib.suppress(AttributeError, ValueError, OSError, io.UnsupportedOperation):
+            faulthandler.enable()
     try:
         cfg = parse_flags(
             config_cls, sys.argv[1:] if argv is None else argv, description=description

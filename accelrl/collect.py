@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import signal
 import threading
 import time
@@ -158,6 +159,15 @@ def make_collector(
         return MultiSyncCollector(factories, policy, cat_results="stack", **common)
 
 
+def _alive(proc: Any) -> bool | None:
+    """``proc.is_alive()``, or None for a process object TorchRL has closed already (it closes
+    them in its own shutdown after it noticed a dead worker; ``is_alive`` then raises)."""
+    try:
+        return proc.is_alive()
+    except ValueError:
+        return None
+
+
 class CollectorFailure(RuntimeError):
     """A collector worker died or stopped producing batches; the run stops."""
 
@@ -181,6 +191,7 @@ class WatchedCollector:
         self._last = time.monotonic()
         self._batches = 0
         self._stop = threading.Event()
+        self._pids: dict[int, int] = {}  # worker index -> pid, as last seen alive
         self._main = threading.main_thread().ident
         self._previous = None
         if threading.current_thread() is threading.main_thread():
@@ -203,16 +214,31 @@ class WatchedCollector:
                 yield batch
         except (Exception, KeyboardInterrupt) as err:
             # TorchRL may notice the dead worker first, or wrap our exception in its own.
-            reason = self.failure or self._dead_worker()
+            reason = self.failure or self._dead_worker(err)
             if reason is None or isinstance(err, CollectorFailure):
                 raise
             self.failure = reason
             raise CollectorFailure(reason) from err
 
-    def _dead_worker(self) -> str | None:
+    def _dead_worker(self, err: BaseException | None = None) -> str | None:
+        closed = False
         for i, proc in enumerate(self.procs()):
-            if not proc.is_alive():
+            alive = _alive(proc)
+            if alive:
+                self._pids[i] = proc.pid
+            elif alive is False:
                 return f"collector worker {i} (pid {proc.pid}) died (exit code {proc.exitcode})"
+            else:
+                closed = True
+        if closed and err is not None:
+            # TorchRL saw the failure first and closed the process objects; its message names
+            # the worker and exit code, the pids are the ones the watchdog saw alive.
+            first = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
+            named = re.search(r"worker (\d+)", first)
+            if named and int(named.group(1)) in self._pids:
+                i = int(named.group(1))
+                return f"collector worker {i} (pid {self._pids[i]}) died ({first})"
+            return f"a collector worker died ({first})"
         return None
 
     def _watch(self) -> None:
@@ -238,12 +264,17 @@ class WatchedCollector:
 
     def shutdown(self) -> None:
         self._stop.set()
+        if self._thread is not threading.current_thread():
+            # No daemon thread of ours may be running when the interpreter exits: one woken
+            # during finalization is ended by pthread_exit, which aborts the process when C++
+            # frames are on its stack (pytorch/pytorch#38228).
+            self._thread.join(timeout=5.0)
         try:
             if self.failure is None:
                 self.inner.shutdown()
                 return
             for proc in self.procs():
-                if proc.is_alive():
+                if _alive(proc):
                     proc.kill()
             # TorchRL's shutdown talks to every worker; bound it so a broken one cannot hang us.
             done = threading.Thread(target=self._shutdown_broken, daemon=True)

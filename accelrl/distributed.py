@@ -17,6 +17,7 @@ NCCL on CUDA (one rank per GPU: ``cuda:LOCAL_RANK``), gloo on CPU.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 from dataclasses import dataclass
@@ -63,6 +64,10 @@ def init_from_environment(timeout_s: float = 600.0) -> DistInfo:
     dist.init_process_group(
         backend="nccl" if use_cuda else "gloo", timeout=timedelta(seconds=timeout_s)
     )
+    # A process group still alive when the interpreter exits aborts it ("terminate called
+    # without an active exception", SIGABRT after a finished run: seen in CI with gloo), so
+    # every process that joined one destroys it on the way out, however train() returns.
+    atexit.register(shutdown)
     me = info()
     log.info(
         "rank %d of %d (local %d of %d), backend %s",
@@ -179,5 +184,6 @@ def _collective_device() -> torch.device:
 
 
 def shutdown() -> None:
+    """Destroy the process group (idempotent; registered with ``atexit`` when joining)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
