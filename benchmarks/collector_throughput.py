@@ -60,10 +60,16 @@ def blank(x: float | None) -> float | str:
     return "" if x is None else x
 
 
-def collector_segment(it: Iterator, frames_per_batch: int) -> Callable[[float], tuple[int, float]]:
-    """Whole batches from ``it`` until ``seconds`` have passed."""
+def collector_segment(
+    it: Iterator, frames_per_batch: int, prime: bool = False
+) -> Callable[[float], tuple[int, float]]:
+    """Whole batches from ``it`` until ``seconds`` have passed; with ``prime`` one untimed
+    batch first (a collector idle while the other pipelines ran starts cold: steady-state
+    throughput is what is compared)."""
 
     def segment(seconds: float) -> tuple[int, float]:
+        if prime:
+            next(it)
         return time_steps(lambda: next(it), frames_per_batch, seconds)
 
     return segment

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import sys
 import time
 import warnings
@@ -62,6 +63,7 @@ CEILING_TARGET = 0.9
 REFERENCE_TARGET = 4.0
 TRAIN_TARGET = 1.0
 REPLAY_BUDGET_GB = 7.5
+BACKGROUND_KINDS = ("async", "batched")  # collector kinds that work while nobody takes a batch
 
 ENV_LABELS = {
     "raw": "raw ale-py AtariVectorEnv",
@@ -171,6 +173,12 @@ def shutdown_all(iterators: list[Any], collectors: dict[str, Any]) -> None:
 
 
 def collect_section(args: argparse.Namespace, ref_env: Any) -> tuple[list[Row], dict[str, Any]]:
+    """Block A: the kinds that stop when their batch is taken (sync, alternating, ale-py async
+    mode), TorchRL's reference and the ceiling's parts, in rounds. Then one block per kind that
+    works in the background (async, batched), each with its own rounds of [kind, env alone,
+    inference alone, reference] and shut down before the next: their idle polling slowed a
+    2-worker sync collector by ~20% when they shared the machine (measured), so every ratio is
+    paired within its own block. Every collector segment starts with one untimed batch."""
     from benchmarks.collector_throughput import (
         BackgroundSegment,
         build_accelrl,
@@ -187,58 +195,73 @@ def collect_section(args: argparse.Namespace, ref_env: Any) -> tuple[list[Row], 
     num_actions = probe.num_actions
     probe.close()
     pipelines = collect_pipelines(n, args.workers)
+    foreground = [p for p in pipelines if p[1] not in BACKGROUND_KINDS]
+    background_kinds = [p for p in pipelines if p[1] in BACKGROUND_KINDS]
     t0 = time.perf_counter()
     log(
-        f"collect {game}: building {len(pipelines)} accelrl collectors and TorchRL's reference "
+        f"collect {game}: building {len(foreground)} accelrl collectors and TorchRL's reference "
         f"({n} simulators each, {steps} steps per simulator per batch, policy on {device}) ..."
     )
-    collectors: dict[str, Any] = {}
-    iterators: list[Any] = []
-    segments: dict[str, Any] = {}
-    background: list[BackgroundSegment] = []
-    for i, (label, kind, per_proc, w, rows) in enumerate(pipelines):
+
+    def build(i: int, label: str, kind: str, per_proc: int, w: int, rows: int):
         c, fpb = build_accelrl(
             per_proc, w, rows, num_actions, seed=100 * i, kind=kind, steps=steps,
             device=device, game=game,
         )  # fmt: skip
-        collectors[label] = c
         it = iter(c)
-        iterators.append(it)
         next(it)  # warm-up: the first batch holds the workers' start
-        if kind in ("async", "batched"):
+        if kind in BACKGROUND_KINDS:
             seg = BackgroundSegment(c, it, fpb, max(1, w))
             seg._settle()
-            background.append(seg)
-            segments[label] = seg
-        else:
-            segments[label] = collector_segment(it, fpb)
+            return c, it, seg
+        return c, it, collector_segment(it, fpb, prime=True)
+
+    collectors: dict[str, Any] = {}
+    iterators: list[Any] = []
+    segments: dict[str, Any] = {}
+    for i, (label, kind, per_proc, w, rows) in enumerate(foreground):
+        collectors[label], it, segments[label] = build(i, label, kind, per_proc, w, rows)
+        iterators.append(it)
     ref, fpb = build_reference(n, num_actions, env=ref_env, steps=steps, device=device, game=game)
-    collectors["reference"] = ref
-    it = iter(ref)
-    iterators.append(it)
-    next(it)
-    segments["reference"] = collector_segment(it, fpb)
-    env, segments["env alone"] = env_segment(n, seed=5000, game=game)
-    segments["inference alone"] = inference_segment(n, num_actions, device)
+    ref_it = iter(ref)
+    next(ref_it)
+    shared = {"reference": collector_segment(ref_it, fpb, prime=True)}
+    env, shared["env alone"] = env_segment(n, seed=5000, game=game)
+    shared["inference alone"] = inference_segment(n, num_actions, device)
     log(f"  built and warmed up in {time.perf_counter() - t0:.0f} s (not timed)")
 
     rounds = args.collect_rounds
     seg_s = args.seconds / rounds
-    log(f"  {rounds} rounds x {seg_s:.2f} s per pipeline (collectors run whole batches)")
-    rates = run_rounds(segments, rounds, seg_s, verbose=args.verbose)
-    for seg in background:
-        seg.close()
+    log(f"  block A: {rounds} rounds x {seg_s:.2f} s per pipeline (whole batches, one untimed)")
+    rates = run_rounds({**segments, **shared}, rounds, seg_s, verbose=args.verbose)
     shutdown_all(iterators, collectors)
+    blocks = {label: rates for label, *_ in foreground}
+    b_rounds = max(2, rounds - 2)
+    for j, (label, kind, per_proc, w, rows) in enumerate(background_kinds):
+        t1 = time.perf_counter()
+        c, it, seg = build(len(foreground) + j, label, kind, per_proc, w, rows)
+        log(
+            f"  block {label}: built in {time.perf_counter() - t1:.0f} s; {b_rounds} rounds "
+            f"with the reference and the ceiling's parts"
+        )
+        block = run_rounds({label: seg, **shared}, b_rounds, seg_s, verbose=args.verbose)
+        seg.close()
+        shutdown_all([it], {label: c})
+        blocks[label] = block
+        rates[label] = block[label]
+    shutdown_all([ref_it], {"reference": ref})
     env.close()
 
-    ceiling = [
-        1.0 / (1.0 / e + 1.0 / i)
-        for e, i in zip(rates["env alone"], rates["inference alone"], strict=True)
-    ]
-    ref_r = rates["reference"]
+    def ceiling_of(r: dict[str, list[float]]) -> list[float]:
+        return [
+            1.0 / (1.0 / e + 1.0 / i)
+            for e, i in zip(r["env alone"], r["inference alone"], strict=True)
+        ]
+
     out: list[Row] = []
     for label, *_ in pipelines:
-        r = rates[label]
+        block = blocks[label]
+        r, ceiling, ref_r = block[label], ceiling_of(block), block["reference"]
         what = f"collect {game}: accelrl {label}"
         common = dict(rate=median(r), unit="steps/s", frames_per_s=FRAMESKIP * median(r))
         out.append(
@@ -263,6 +286,8 @@ def collect_section(args: argparse.Namespace, ref_env: Any) -> tuple[list[Row], 
                 target=REFERENCE_TARGET,
             )
         )
+    # The reference and the ceiling's rows: block A's measurements.
+    ceiling, ref_r = ceiling_of(rates), rates["reference"]
     env_r, inf_r = rates["env alone"], rates["inference alone"]
     out.append(
         Row(
@@ -311,6 +336,10 @@ def collect_section(args: argparse.Namespace, ref_env: Any) -> tuple[list[Row], 
         "pipelines": [list(p) for p in pipelines],
         "inference_ms_per_batch": ms,
         "per_round": {**rates, "ceiling": ceiling},
+        "background_blocks": {
+            label: {**blocks[label], "ceiling": ceiling_of(blocks[label])}
+            for label, *_ in background_kinds
+        },
     }
     return out, details
 
@@ -462,10 +491,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     details: dict[str, Any] = {}
     ref_env = None
     section_s: dict[str, float] = {}
+    section_load: dict[str, tuple[float, float]] = {}
     for section in SECTIONS:
         if section not in args.sections:
             continue
         t0 = time.perf_counter()
+        load_before = os.getloadavg()[0]
         if section == "env":
             r, details["env"], ref_env = env_section(args, threads, "collect" in args.sections)
         elif section == "collect":
@@ -477,7 +508,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             r, details["replay"] = replay_section(args)
         rows += r
         section_s[section] = time.perf_counter() - t0
-        log(f"{section}: {section_s[section]:.0f} s")
+        # Other work on a shared machine shows in the 1-minute load average.
+        section_load[section] = (load_before, os.getloadavg()[0])
+        log(f"{section}: {section_s[section]:.0f} s, load average {load_before:.1f} -> "
+            f"{section_load[section][1]:.1f}")  # fmt: skip
     if ref_env is not None:
         ref_env.close()
     elapsed = time.perf_counter() - start
@@ -496,7 +530,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ratio = "nan" if r.ratio is None or not math.isfinite(r.ratio) else f"{r.ratio:.3f}"
         print(f"  MISSED: {r.what} vs {r.reference or 'target'}: {ratio} ({r.target_text()})")
     print(
-        f"total {elapsed:.0f} s (" + ", ".join(f"{k} {v:.0f} s" for k, v in section_s.items()) + ")"
+        f"total {elapsed:.0f} s ("
+        + ", ".join(f"{k} {v:.0f} s" for k, v in section_s.items())
+        + "); 1-min load average before -> after each section: "
+        + ", ".join(f"{k} {a:.1f} -> {b:.1f}" for k, (a, b) in section_load.items())
     )
     payload = {
         **info,
@@ -510,6 +547,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "seconds": args.seconds,
         "elapsed_s": elapsed,
         "section_s": section_s,
+        "section_load_average": section_load,
         "rows": [r.as_dict() for r in rows],
         "details": details,
     }
@@ -522,8 +560,6 @@ def run_and_exit(fn, argv: list[str] | None = None) -> None:
     """Run ``fn(argv)`` and leave with ``os._exit``: TorchRL collectors' finalizers
     (weight-sync schemes putting to multiprocessing queues during interpreter shutdown) were seen
     to deadlock at exit after every collector had been shut down; nothing is left to clean up."""
-    import os
-
     code = 0
     try:
         fn(argv)
@@ -534,6 +570,11 @@ def run_and_exit(fn, argv: list[str] | None = None) -> None:
 
         traceback.print_exc()
         code = 1
+    import multiprocessing
+
+    for child in multiprocessing.active_children():  # none after a clean run
+        child.terminate()
+        child.join(timeout=5)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -121,7 +121,9 @@ def plot(results: list[dict[str, Any]], path: str, title: str) -> None:
         label = "in-process (0 workers)" if w == 0 else f"{w} worker{'s' if w > 1 else ''}"
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    sims = sorted({r["sims"] for r in results})
+    ax.set_xticks(sims, [str(n) for n in sims])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.set_xlabel("simulators (all workers)")
     ax.set_ylabel("frames/s (4 x agent steps/s)")
     ax.set_title(title, fontsize=9)
