@@ -310,3 +310,34 @@ def test_signalled_job_checkpoints_requeues_and_resumes(in_tmp):
     assert "resumed from" in log
     frames = [int(row.split(",")[0]) for row in metrics.read_text().splitlines()[1:]]
     assert frames == sorted(set(frames))  # no rows repeated after the resume
+
+
+@pytest.mark.slurm
+@pytest.mark.slow  # 2-4 min: each attempt runs 20-50 s before SLURM's signal, requeues wait 31 s
+def test_job_past_its_time_limit_checkpoints_requeues_and_ends_with_exact_frames(in_tmp):
+    # A real time limit, not a simulated signal: --time 1 (SLURM's minimum) with the signal
+    # 10 s before the end, which slurmctld (checking every 30 s) sends 20-50 s into each attempt.
+    # The budget needs more than one attempt (this recipe ran at 360-500 frames/s here, so at
+    # most ~25k frames before the signal); every attempt stops at a batch boundary, checkpoints,
+    # is requeued under the same id and resumes; the frames logged must be exactly one row per
+    # batch from the first to the last, none lost or repeated.
+    total, batch = 40960, 64
+    flags = [*TINY, "--total-frames", str(total), "--log.checkpoint-every-frames", "1000000"]
+    opts = parse_args([
+        "recipes.ppo_atari", "--time", "1", "--signal-delay-s", "10", "--max-requeues", "8",
+        "--cpus-per-task", "1", "--", *flags,
+    ])  # fmt: skip
+    (run,) = prepare(opts)
+    (job,) = submit(opts, [run])
+    try:
+        summary = job.results()[0]
+    finally:
+        if not job.done(force_check=True):
+            job.cancel(check=False)
+    assert summary["frames"] == total
+    log = Path(job.paths.stderr).read_text()
+    stops = log.count("SIGUSR2: stopped at")
+    assert stops >= 1 and log.count("resumed from") == stops, log[-3000:]
+    metrics = Path(run.cfg.run_dir) / "metrics.csv"
+    frames = [int(row.split(",")[0]) for row in metrics.read_text().splitlines()[1:]]
+    assert frames == list(range(batch, total + 1, batch))
