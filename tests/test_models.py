@@ -1,6 +1,9 @@
 """Networks: shapes, uint8 input scaling, orthogonal init, heads."""
 
+import pytest
 import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
 
 from accelrl.models import NatureCNN, make_actor_critic
 
@@ -48,3 +51,26 @@ def test_vector_observations_get_separate_actor_and_critic():
     policy = set(map(id, model.get_policy_head().parameters()))
     value = set(map(id, model.get_value_head().parameters()))
     assert policy and value and not policy & value
+
+
+@pytest.mark.parametrize(
+    "obs_key,shape,dtype",
+    [("pixels", (4, 84, 84), torch.uint8), ("observation", (4,), torch.float32)],
+)
+def test_direct_write_modules_give_the_same_outputs_as_tensordict_modules(obs_key, shape, dtype):
+    # accelrl's modules skip TensorDict.from_any on their outputs (a sys.path scan per call);
+    # the same network through TensorDict's own write path must produce the same TensorDict.
+    from benchmarks.module_write import plain_copy
+
+    model = make_actor_critic(obs_key, shape, 3)
+    plain = plain_copy(model)
+    assert type(plain.module[0]) is TensorDictModule
+    obs = torch.randint(0, 255, (5, *shape)) if dtype == torch.uint8 else torch.randn(5, *shape)
+    td = TensorDict({obs_key: obs.to(dtype)}, [5])
+    torch.manual_seed(0)
+    ours = model(td.clone())
+    torch.manual_seed(0)
+    theirs = plain(td.clone())
+    assert set(ours.keys()) == set(theirs.keys())
+    for key in theirs.keys():
+        assert torch.equal(ours[key], theirs[key]), key

@@ -28,7 +28,7 @@ from torchrl.objectives.utils import ValueEstimators
 
 from accelrl.algos.common import gradient_step
 from accelrl.config import ConfigError, check_positive
-from accelrl.models import QNetwork
+from accelrl.models import DirectTensorDictModule, QNetwork
 
 Preset = Literal["none", "rainbow", "dqn-512", "cat-dqn-2048", "rainbow-512"]
 
@@ -172,14 +172,16 @@ class DQN:
             atoms=cfg.atoms if cfg.distributional else 1,
             mlp_hidden=mlp_hidden,
         ).to(device)
+        # TorchRL would wrap ``net`` in a TensorDictModule; ours writes its output directly.
+        q_module = DirectTensorDictModule(net, in_keys=[obs_key], out_keys=["action_value"])
         if cfg.distributional:
             support = torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms, device=device)
             self.greedy = DistributionalQValueActor(
-                net, in_keys=[obs_key], spec=spec, support=support, action_space="categorical"
+                q_module, spec=spec, support=support, action_space="categorical"
             )
             self.loss = DistributionalDQNLoss(self.greedy, gamma=cfg.gamma, delay_value=True)
         else:
-            self.greedy = QValueActor(net, in_keys=[obs_key], spec=spec)
+            self.greedy = QValueActor(q_module, spec=spec)
             self.loss = DQNLoss(
                 self.greedy,
                 loss_function="smooth_l1",

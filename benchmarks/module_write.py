@@ -1,0 +1,94 @@
+"""Policy forward with accelrl's direct-write TensorDict modules vs plain ``TensorDictModule``.
+
+    python -m benchmarks.module_write [--seconds 2] [--rounds 7]
+
+``TensorDictModule`` passes each output through ``TensorDict.from_any``, which looks pandas up
+on ``sys.path`` on every call (tensordict 0.14); accelrl's actor-critic modules write their
+tensors directly (``accelrl.models._DirectWrite``). Both variants are the same network with the
+same weights; rounds alternate and the ratio is the median of per-round ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import time
+
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torchrl.modules import ValueOperator
+
+from accelrl.models import DirectTensorDictModule, DirectValueOperator, make_actor_critic
+from benchmarks.common import median, median_ratio, print_table, run_rounds, time_steps
+
+
+def plain_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """The same modules and weights with TensorDict's own write path."""
+    plain = copy.deepcopy(model)
+    for module in plain.modules():
+        if type(module) is DirectTensorDictModule:
+            module.__class__ = TensorDictModule
+        elif type(module) is DirectValueOperator:
+            module.__class__ = ValueOperator
+    return plain
+
+
+def cases(batch: int) -> dict[str, tuple[torch.nn.Module, TensorDict]]:
+    frames = make_actor_critic("pixels", (4, 84, 84), 6)
+    vector = make_actor_critic("observation", (4,), 2)
+    pixels = TensorDict(
+        {"pixels": torch.randint(0, 255, (batch, 4, 84, 84), dtype=torch.uint8)}, [batch]
+    )
+    obs = TensorDict({"observation": torch.randn(batch, 4)}, [batch])
+    return {
+        f"Nature CNN actor+value, batch {batch}": (frames, pixels),
+        f"CartPole MLP actor+value, batch {batch}": (vector, obs),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--batch", type=int, default=8)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    t = time.perf_counter()
+    for _ in range(2000):
+        importlib.util.find_spec("pandas")
+    print(f"importlib.util.find_spec('pandas'): {(time.perf_counter() - t) / 2000 * 1e6:.0f} us")
+    rows = []
+    for name, (model, td) in cases(args.batch).items():
+        plain = plain_copy(model)
+
+        def segment(m: torch.nn.Module, td: TensorDict = td):
+            def run(seconds: float) -> tuple[int, float]:
+                with torch.no_grad():
+                    return time_steps(lambda: m(td.clone(False)), 1, seconds)
+
+            return run
+
+        with torch.no_grad():  # same outputs from both paths
+            torch.manual_seed(0)
+            a = model(td.clone(False))
+            torch.manual_seed(0)
+            b = plain(td.clone(False))
+        assert all(torch.equal(a[k], b[k]) for k in ("action", "state_value", "logits"))
+        rates = run_rounds(
+            {"direct": segment(model), "plain": segment(plain)}, args.rounds, args.seconds
+        )
+        rows.append(
+            [
+                name,
+                f"{1e6 / median(rates['direct']):.0f}",
+                f"{1e6 / median(rates['plain']):.0f}",
+                f"{median_ratio(rates['direct'], rates['plain']):.3f}",
+            ]
+        )
+    print_table(["forward", "direct us", "TensorDictModule us", "speed ratio"], rows)
+
+
+if __name__ == "__main__":
+    main()
