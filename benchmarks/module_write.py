@@ -1,11 +1,13 @@
 """Policy forward with accelrl's direct-write TensorDict modules vs plain ``TensorDictModule``.
 
-    python -m benchmarks.module_write [--seconds 2] [--rounds 7]
+    python -m benchmarks.module_write [--seconds 2] [--rounds 7] [--no-collector]
 
 ``TensorDictModule`` passes each output through ``TensorDict.from_any``, which looks pandas up
 on ``sys.path`` on every call (tensordict 0.14); accelrl's actor-critic modules write their
 tensors directly (``accelrl.models._DirectWrite``). Both variants are the same network with the
-same weights; rounds alternate and the ratio is the median of per-round ratios.
+same weights; rounds alternate and the ratio is the median of per-round ratios. The second
+table runs two in-process Pong collectors (8 simulators, 64 steps per batch), one with each
+variant, in alternating rounds.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument(
+        "--no-collector", dest="collector", action="store_false", help="skip the collector A/B"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     t = time.perf_counter()
@@ -88,6 +93,46 @@ def main(argv: list[str] | None = None) -> None:
             ]
         )
     print_table(["forward", "direct us", "TensorDictModule us", "speed ratio"], rows)
+    if args.collector:
+        collector_ab(args.rounds, 2 * args.seconds)
+
+
+def collector_ab(rounds: int, seconds: float) -> None:
+    from accelrl.collect import make_collector, plan_threads
+    from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig
+    from benchmarks.collector_throughput import collector_segment, make_policy
+
+    policy = make_policy(6)
+    collectors, segments = {}, {}
+    for seed, (name, variant) in enumerate({"direct": policy, "plain": plain_copy(policy)}.items()):
+        collectors[name] = make_collector(
+            EnvConfig(game="Pong", num_envs=8),
+            CollectorConfig(num_workers=0, frames_per_batch=8 * 64),
+            variant,
+            seed=seed,
+            plan=plan_threads(ThreadsConfig(), 0),
+            learner_device="cpu",
+        )
+        it = iter(collectors[name])
+        next(it)  # the first batch holds the simulators' start
+        segments[name] = collector_segment(it, 8 * 64, prime=True)
+    torch.set_num_threads(1)
+    try:
+        rates = run_rounds(segments, rounds, seconds)
+    finally:
+        for c in collectors.values():
+            c.shutdown()
+    print_table(
+        ["in-process Pong collector, 8 simulators", "direct steps/s", "plain steps/s", "ratio"],
+        [
+            [
+                "Nature CNN policy",
+                f"{median(rates['direct']):,.0f}",
+                f"{median(rates['plain']):,.0f}",
+                f"{median_ratio(rates['direct'], rates['plain']):.3f}",
+            ]
+        ],
+    )
 
 
 if __name__ == "__main__":
