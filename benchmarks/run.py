@@ -264,28 +264,21 @@ def collect_section(args: argparse.Namespace, ref_env: Any) -> tuple[list[Row], 
         r, ceiling, ref_r = block[label], ceiling_of(block), block["reference"]
         what = f"collect {game}: accelrl {label}"
         common = dict(rate=median(r), unit="steps/s", frames_per_s=FRAMESKIP * median(r))
-        out.append(
-            Row(
-                "collect",
-                what,
-                **common,
-                reference="sync ceiling",
-                ref_rate=median(ceiling),
-                ratio=median_ratio(r, ceiling),
-                target=CEILING_TARGET,
+        for reference, ref, target in (
+            ("sync ceiling", ceiling, CEILING_TARGET),
+            ("TorchRL ref Collector", ref_r, REFERENCE_TARGET),
+        ):
+            out.append(
+                Row(
+                    "collect",
+                    what,
+                    **common,
+                    reference=reference,
+                    ref_rate=median(ref),
+                    ratio=median_ratio(r, ref),
+                    target=target,
+                )
             )
-        )
-        out.append(
-            Row(
-                "collect",
-                what,
-                **common,
-                reference="TorchRL ref Collector",
-                ref_rate=median(ref_r),
-                ratio=median_ratio(r, ref_r),
-                target=REFERENCE_TARGET,
-            )
-        )
     # The reference and the ceiling's rows: block A's measurements.
     ceiling, ref_r = ceiling_of(rates), rates["reference"]
     env_r, inf_r = rates["env alone"], rates["inference alone"]
