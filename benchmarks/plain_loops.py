@@ -36,7 +36,7 @@ import copy
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,6 +85,11 @@ class VecAtari:
         obs, info = self.env.reset(seed=seed)
         self.obs = obs
         self.lives = info["lives"].copy()
+        # Whole games, unclipped score (what accelrl's episodes.csv records): learning runs
+        # read and clear ``finished`` after each iteration.
+        self.ep_return = np.zeros(num_envs)
+        self.ep_length = np.zeros(num_envs, dtype=np.int64)
+        self.finished: list[tuple[float, int]] = []
 
     def step(self, actions: np.ndarray):
         """Returns (reward sign, terminated-or-life-lost, ended-or-life-lost, final obs of
@@ -94,6 +99,11 @@ class VecAtari:
         lives = info["lives"]
         life_lost = (lives < self.lives) & ~ended
         self.lives = lives.copy()
+        self.ep_return += reward
+        self.ep_length += 1
+        for i in np.flatnonzero(ended):
+            self.finished.append((float(self.ep_return[i]), int(self.ep_length[i])))
+        self.ep_return[ended], self.ep_length[ended] = 0.0, 0
         final = info["final_obs"][truncated] if truncated.any() else None
         self.obs = obs
         return np.sign(reward), terminated | life_lost, ended | life_lost, final, truncated
@@ -258,6 +268,7 @@ def plain_ppo(
     threads: int = 1,
     seed: int = 0,
     sticky: float = 0.25,
+    on_iteration: Callable[[int, VecAtari], None] | None = None,
 ) -> list[Record]:
     env, dev = _setup(game, s.num_envs, threads, seed, device, sticky)
     model = ActorCritic(env.num_actions).to(dev)
@@ -309,6 +320,8 @@ def plain_ppo(
             stats.tolist()  # the metrics reach the host once per update, as the recipe's
             frames += n * FRAMESKIP
             records.append((frames, time.perf_counter() - start))
+            if on_iteration is not None:
+                on_iteration(frames, env)
     finally:
         env.close()
     return records
@@ -323,6 +336,7 @@ def plain_a2c(
     threads: int = 1,
     seed: int = 0,
     sticky: float = 0.25,
+    on_iteration: Callable[[int, VecAtari], None] | None = None,
 ) -> list[Record]:
     env, dev = _setup(game, s.num_envs, threads, seed, device, sticky)
     model = ActorCritic(env.num_actions).to(dev)
@@ -350,6 +364,8 @@ def plain_a2c(
             float(loss.detach()), float(grad_norm)  # logged per update by the recipe too
             frames += n * FRAMESKIP
             records.append((frames, time.perf_counter() - start))
+            if on_iteration is not None:
+                on_iteration(frames, env)
     finally:
         env.close()
     return records
@@ -521,6 +537,7 @@ def plain_dqn(
     threads: int = 1,
     seed: int = 0,
     sticky: float = 0.25,
+    on_iteration: Callable[[int, VecAtari], None] | None = None,
 ) -> list[Record]:
     env, dev = _setup(game, s.num_envs, threads, seed, device, sticky)
     atoms = s.atoms if s.distributional else 1
@@ -608,6 +625,8 @@ def plain_dqn(
                     update()
                     credit -= 1.0
             records.append((frames, time.perf_counter() - start))
+            if on_iteration is not None:
+                on_iteration(frames, env)
     finally:
         env.close()
     return records

@@ -1,0 +1,206 @@
+"""Learning parity: each recipe next to its plain single-file loop, same settings and seeds.
+
+Atari (one run per call, meant for ``nohup``; both kinds write ``episodes.csv`` and
+``metrics.csv`` in the run folder, so ``accelrl.plot`` and ``compare`` read either):
+
+    python -m benchmarks.learning atari ppo --impl plain   --game Breakout --frames 2000000 \\
+        --seed 0 --run-dir runs/parity/ppo-breakout-plain-s0
+    python -m benchmarks.learning atari ppo --impl accelrl --game Breakout --frames 2000000 \\
+        --seed 0 --run-dir runs/parity/ppo-breakout-accelrl-s0 [--resume]
+    python -m benchmarks.learning compare runs/parity/ppo-breakout-*-s0 \\
+        -o docs/results/learning/ppo_breakout
+
+``--impl accelrl`` runs the recipe itself (``recipes/<algo>_atari.py``) with the plain loop's
+settings; ``--impl plain`` runs ``benchmarks.plain_loops`` (numpy + PyTorch, no TorchRL).
+CartPole mode (the side-by-side table of every algorithm) is in ``benchmarks.learning_cartpole``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+# --- Atari settings shared by both implementations ------------------------------------------
+
+
+def atari_recipe_args(algo: str, game: str, frames: int, seed: int, run_dir: str) -> list[str]:
+    """Recipe flags for the parity runs: the recipe defaults, which the plain loops copy, plus
+    the DQN variant the issue names (double, 3-step)."""
+    args = [
+        "--env.game", game, "--total-frames", str(frames), "--seed", str(seed),
+        "--run-dir", run_dir, "--log.checkpoint-every-frames", "100000",
+    ]  # fmt: skip
+    if algo == "dqn":
+        args += ["--dqn.double", "--dqn.n-step", "3", "--dqn.replay-capacity", "200000"]
+    return args
+
+
+def plain_settings(algo: str, frames: int):
+    """The plain loop's settings: the recipe's config defaults (one source of truth)."""
+    from benchmarks import plain_loops as pl
+
+    if algo == "ppo":
+        return pl.PPOSettings(total_frames=frames)
+    if algo == "a2c":
+        return pl.A2CSettings(total_frames=frames)
+    from accelrl.algos.dqn import DQNConfig
+
+    cfg = DQNConfig(double=True, n_step=3, replay_capacity=200_000)
+    return pl.dqn_settings(cfg, 8, 32, total_frames=frames)
+
+
+class EpisodeFiles:
+    """``episodes.csv`` (frames, return, length) and ``metrics.csv`` (frames, time_s, episodes,
+    return_mean100) in the columns accelrl's RunLogger writes."""
+
+    def __init__(self, run_dir: Path) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.episodes = open(run_dir / "episodes.csv", "w", newline="", encoding="utf-8")
+        self.metrics = open(run_dir / "metrics.csv", "w", newline="", encoding="utf-8")
+        self._ep, self._m = csv.writer(self.episodes), csv.writer(self.metrics)
+        self._ep.writerow(["frames", "return", "length"])
+        self._m.writerow(["frames", "time_s", "episodes", "return_mean100"])
+        self.returns: list[float] = []
+        self.start = time.perf_counter()
+
+    def iteration(self, frames: int, finished: list[tuple[float, int]]) -> None:
+        for ret, length in finished:
+            self._ep.writerow([frames, ret, length])
+            self.returns.append(ret)
+        last = self.returns[-100:]
+        mean = sum(last) / len(last) if last else math.nan
+        self._m.writerow([frames, f"{time.perf_counter() - self.start:.3f}", len(self.returns),
+                          f"{mean:.4g}"])  # fmt: skip
+        self.episodes.flush()
+        self.metrics.flush()
+
+    def close(self) -> None:
+        self.episodes.close()
+        self.metrics.close()
+
+
+def run_plain_atari(algo: str, game: str, frames: int, seed: int, run_dir: Path) -> None:
+    import torch
+
+    from benchmarks import plain_loops as pl
+
+    torch.set_num_threads(1)
+    s = plain_settings(algo, frames)
+    per_iter = s.num_envs * s.steps * pl.FRAMESKIP
+    iterations = math.ceil(frames / per_iter)
+    (run_dir).mkdir(parents=True, exist_ok=True)
+    (run_dir / "settings.txt").write_text(f"{algo} {game} seed {seed}\n{s}\n")
+    files = EpisodeFiles(run_dir)
+    report_every = max(1, iterations // 200)
+
+    def on_iteration(done_frames: int, env) -> None:
+        files.iteration(done_frames, env.finished)
+        env.finished.clear()
+        if (done_frames // per_iter) % report_every == 0:
+            last = files.returns[-100:]
+            mean = sum(last) / len(last) if last else float("nan")
+            elapsed = time.perf_counter() - files.start
+            print(f"{done_frames:>10,} frames  {done_frames / elapsed:7.0f} frames/s  "
+                  f"episodes {len(files.returns):5d}  last-100 {mean:7.2f}", flush=True)  # fmt: skip
+
+    loop = {"ppo": pl.plain_ppo, "a2c": pl.plain_a2c, "dqn": pl.plain_dqn}[algo]
+    try:
+        loop(game, s, iterations, seed=seed, threads=2, on_iteration=on_iteration)
+    finally:
+        files.close()
+
+
+def run_accelrl_atari(algo: str, game: str, frames: int, seed: int, run_dir: Path,
+                      resume: bool) -> None:  # fmt: skip
+    import importlib
+
+    recipe = importlib.import_module(f"recipes.{algo}_atari")
+    from accelrl.cli import run_recipe
+
+    argv = atari_recipe_args(algo, game, frames, seed, str(run_dir))
+    if resume:
+        argv.append("--resume")
+    run_recipe(recipe.Config, recipe.train, description=recipe.__doc__, argv=argv)
+
+
+# --- comparison -------------------------------------------------------------------------------
+
+
+def read_returns(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    from accelrl.plot import _read_columns
+
+    cols = _read_columns(run_dir / "episodes.csv", ("frames", "return"))
+    return cols["frames"], cols["return"]
+
+
+def final_mean(run_dir: Path, window: int = 100) -> tuple[float, int, float]:
+    """(last-``window`` mean return, episodes, frames reached)."""
+    frames, returns = read_returns(run_dir)
+    if len(returns) == 0:
+        return math.nan, 0, 0.0
+    return float(returns[-window:].mean()), len(returns), float(frames[-1])
+
+
+def compare(run_dirs: Sequence[Path], out: Path | None) -> list[dict]:
+    rows = []
+    for d in run_dirs:
+        mean, episodes, frames = final_mean(d)
+        rows.append({"run": d.name, "frames": int(frames), "episodes": episodes,
+                     "last100_mean": round(mean, 2)})  # fmt: skip
+    width = max(len(r["run"]) for r in rows)
+    print(f"{'run':<{width}}  {'frames':>10}  {'episodes':>8}  {'last-100 mean':>13}")
+    for r in rows:
+        print(f"{r['run']:<{width}}  {r['frames']:>10,}  {r['episodes']:>8}  "
+              f"{r['last100_mean']:>13.2f}")  # fmt: skip
+    if out is not None:
+        from accelrl.plot import main as plot_main
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out.with_suffix(".csv"), "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["run", "frames", "return"])
+            for d in run_dirs:
+                f, r = read_returns(d)
+                for fi, ri in zip(f, r, strict=True):
+                    w.writerow([d.name, int(fi), ri])
+        plot_main([*map(str, run_dirs), "-o", str(out.with_suffix(".png"))])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="mode", required=True)
+    a = sub.add_parser("atari", help="one Atari learning run (recipe or plain loop)")
+    a.add_argument("algo", choices=["ppo", "a2c", "dqn"])
+    a.add_argument("--impl", choices=["plain", "accelrl"], required=True)
+    a.add_argument("--game", default="Breakout")
+    a.add_argument("--frames", type=int, default=2_000_000)
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--run-dir", type=Path, required=True)
+    a.add_argument("--resume", action="store_true", help="accelrl only: resume the run folder")
+    c = sub.add_parser("compare", help="last-100 table, curves CSV + PNG of run folders")
+    c.add_argument("run_dirs", nargs="+", type=Path)
+    c.add_argument("-o", "--out", type=Path, default=None, help="path stem for .csv and .png")
+    args = p.parse_args(argv)
+    if args.mode == "atari":
+        if args.impl == "plain":
+            if args.resume:
+                sys.exit("benchmarks.learning: the plain loops do not checkpoint; start again")
+            run_plain_atari(args.algo, args.game, args.frames, args.seed, args.run_dir)
+        else:
+            run_accelrl_atari(args.algo, args.game, args.frames, args.seed, args.run_dir,
+                              args.resume)  # fmt: skip
+    else:
+        compare(args.run_dirs, args.out)
+
+
+if __name__ == "__main__":
+    main()
