@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import dataclasses
 import math
 import sys
 import time
@@ -108,8 +107,8 @@ def run_plain_atari(algo: str, game: str, frames: int, seed: int, run_dir: Path)
             last = files.returns[-100:]
             mean = sum(last) / len(last) if last else float("nan")
             elapsed = time.perf_counter() - files.start
-            print(f"{done_frames:>10,} frames  {done_frames / elapsed:7.0f} frames/s  "
-                  f"episodes {len(files.returns):5d}  last-100 {mean:7.2f}", flush=True)  # fmt: skip
+            line = f"{done_frames:>10,} frames  {done_frames / elapsed:7.0f} frames/s  "
+            print(f"{line}episodes {len(files.returns):5d}  last-100 {mean:7.2f}", flush=True)
 
     loop = {"ppo": pl.plain_ppo, "a2c": pl.plain_a2c, "dqn": pl.plain_dqn}[algo]
     try:

@@ -3,8 +3,9 @@
 ``double`` (van Hasselt et al. 2016), ``dueling`` (Wang et al. 2016), ``n_step`` returns,
 ``prioritized`` replay (Schaul et al. 2016) and ``distributional`` C51 (Bellemare et al. 2017)
 combine freely; the ``rainbow`` preset turns them all on without noisy nets (the paper's
-eps-Rainbow). TorchRL's ``DistributionalDQNLoss`` has no double-Q option: with
-``distributional`` the bootstrap action comes from the target network.
+eps-Rainbow). TorchRL's ``DistributionalDQNLoss`` has no double-Q switch: with
+``distributional`` the online network always picks the bootstrap action (by expected value)
+and the target network scores it, i.e. it is always double.
 
 Presets for the paper's large batches keep the training intensity (replayed samples per
 collected sample, 8 as in the Atari papers) and grow the number of simulators with the batch,
@@ -24,7 +25,7 @@ from tensordict.nn import TensorDictSequential
 from torchrl.data import Categorical
 from torchrl.modules import DistributionalQValueActor, EGreedyModule, QValueActor
 from torchrl.objectives import DistributionalDQNLoss, DQNLoss, HardUpdate, SoftUpdate
-from torchrl.objectives.utils import ValueEstimators
+from torchrl.objectives.utils import TargetNetUpdater, ValueEstimators
 
 from accelrl.algos.common import gradient_step
 from accelrl.config import ConfigError, check_positive
@@ -143,6 +144,23 @@ def validate_dqn(cfg: DQNConfig, prefix: str = "dqn") -> None:
         )
 
 
+class HardTargetUpdate(HardUpdate):
+    """Copies the online weights into the target network every ``interval`` updates.
+
+    TorchRL 0.14's ``HardUpdate`` copies on every (interval + 1)-th step (its counter runs from 0
+    to interval inclusive) and walks every parameter on every step; this one counts updates and
+    copies after exactly ``interval`` of them (``tests/test_dqn_math.py``). The counter is in
+    ``state_dict`` (TorchRL's), so resumed runs copy on the same updates.
+    """
+
+    def step(self) -> None:
+        self.counter += 1
+        if self.counter >= self.value_network_update_interval:
+            self.counter = self.value_network_update_interval  # HardUpdate._step copies at it
+            TargetNetUpdater.step(self)
+            self.counter = 0
+
+
 class DQN:
     """Owns the Q-network, its target, the loss and the optimizer.
 
@@ -179,7 +197,9 @@ class DQN:
             self.greedy = DistributionalQValueActor(
                 q_module, spec=spec, support=support, action_space="categorical"
             )
-            self.loss = DistributionalDQNLoss(self.greedy, gamma=cfg.gamma, delay_value=True)
+            self.loss = DistributionalDQNLoss(
+                self.greedy, gamma=cfg.gamma, delay_value=True, reduction="none"
+            )
         else:
             self.greedy = QValueActor(q_module, spec=spec)
             self.loss = DQNLoss(
@@ -187,8 +207,12 @@ class DQN:
                 loss_function="smooth_l1",
                 delay_value=True,
                 double_dqn=cfg.double,
+                reduction="none",
             )
             self.loss.make_value_estimator(ValueEstimators.TD0, gamma=cfg.gamma)
+        # reduction="none": TorchRL's mean with importance weights is (w l).sum() / w.sum(),
+        # which undoes the 1 / max(w) scaling of prioritized replay (Schaul et al. 2016) and
+        # makes steps larger than the paper's; ``update`` takes mean(w l) as the paper does.
         # The replay writes the n-step bootstrap distance k to "steps_to_next_obs"; both losses
         # (DQNLoss through its TD(0) estimator) then bootstrap with gamma**k.
         self.explore = EGreedyModule(spec, eps_init=cfg.eps_start, eps_end=cfg.eps_start)
@@ -200,7 +224,7 @@ class DQN:
         if cfg.tau > 0:
             self.target = SoftUpdate(self.loss, tau=cfg.tau)
         else:
-            self.target = HardUpdate(
+            self.target = HardTargetUpdate(
                 self.loss, value_network_update_interval=cfg.target_update_interval
             )
         self.params = list(self.greedy.parameters())
@@ -218,19 +242,26 @@ class DQN:
         """Importance-sampling exponent at ``progress`` in [0, 1] of the run."""
         return self.cfg.priority_beta + progress * (1.0 - self.cfg.priority_beta)
 
-    def update(self, sample: TensorDictBase) -> tuple[dict[str, float], torch.Tensor]:
-        """One gradient step on a replay sample; returns (metrics, priorities [B])."""
+    def objective(self, sample: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, priorities [B]) of a replay sample: the mean over the batch of the per-sample
+        Huber loss (C51: cross-entropy) times its importance weight ``_weight`` when present;
+        priorities are |TD error| (C51: the cross-entropy)."""
         sample = sample.to(self.device)
         if "_weight" in sample.keys():
             sample.set("priority_weight", sample.get("_weight"))
-        out = self.loss(sample)
-        grad_norm = gradient_step(self.optimizer, out["loss"], self.params, self.cfg.max_grad_norm)
-        self.target.step()
+        loss = self.loss(sample)["loss"].mean()  # per-sample losses, already times the weights
         td_error = sample.get("td_error").detach().reshape(-1)
-        # DQNLoss reports the squared TD error; priorities are |delta| (C51: the cross-entropy).
+        # DQNLoss reports the squared TD error.
         priority = td_error if self.cfg.distributional else td_error.sqrt()
+        return loss, priority
+
+    def update(self, sample: TensorDictBase) -> tuple[dict[str, float], torch.Tensor]:
+        """One gradient step on a replay sample; returns (metrics, priorities [B])."""
+        loss, priority = self.objective(sample)
+        grad_norm = gradient_step(self.optimizer, loss, self.params, self.cfg.max_grad_norm)
+        self.target.step()
         metrics = {
-            "loss/q": float(out["loss"].detach()),
+            "loss/q": float(loss.detach()),
             "train/grad_norm": float(grad_norm),
             "train/td_error": float(priority.mean()),
         }
