@@ -134,6 +134,10 @@ class PPO(ActorCriticLearner):
         lr, clip = self.schedule(progress)
         set_lr(self.optimizer, lr)
         self.loss.clip_epsilon.fill_(clip)
+        if isinstance(self.loss.clip_value, torch.Tensor):
+            # TorchRL fixes the value clip at the initial clip_epsilon; baselines' PPO2 (and the
+            # plain loop) clip the value with the same annealed range as the policy.
+            self.loss.clip_value.fill_(clip)
         flat = advantages(
             batch,
             self.critic,
