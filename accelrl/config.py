@@ -185,6 +185,11 @@ def check_device(name: str, value: str, *, auto_ok: bool = True) -> None:
         raise ConfigError(name, value, "must be auto, cpu, cuda or cuda:N") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(name, value, "CUDA is not available on this machine; use cpu or auto")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ConfigError(
+            name, value, f"this machine has {count} CUDA device(s): cuda:0..{count - 1}"
+        )
     if dev.type not in ("cpu", "cuda"):
         raise ConfigError(name, value, "must be auto, cpu, cuda or cuda:N")
 

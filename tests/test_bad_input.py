@@ -24,7 +24,8 @@ CASES = [
     ("ppo_atari", ["--collector.frames-per-batch", "100"], ["frames-per-batch=100", "multiple"]),
     ("ppo_atari", ["--collector.num-workers", "-1"], ["--collector.num-workers=-1"]),
     ("ppo_atari", ["--total-frames", "0"], ["--total-frames=0"]),
-    ("ppo_atari", ["--device", "cuda"], ["--device='cuda'", "CUDA is not available"]),
+    # No CUDA here: "not available"; on a GPU machine the same case names the devices there.
+    ("ppo_atari", ["--device", "cuda:99"], ["--device='cuda:99'", "CUDA"]),
     ("ppo_atari", ["--device", "tpu"], ["--device='tpu'"]),
     ("ppo_atari", ["--ppo.lr", "-1"], ["--ppo.lr=-1"]),
     ("ppo_atari", ["--ppo.minibatches", "3"], ["--ppo.minibatches=3", "divide"]),

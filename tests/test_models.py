@@ -14,7 +14,19 @@ def test_nature_cnn_shapes_and_uint8_scaling():
     frames = torch.randint(0, 256, (2, 3, 4, 84, 84), dtype=torch.uint8)
     out = net(frames)
     assert out.shape == (2, 3, 512)
-    torch.testing.assert_close(out, net(frames.float() / 255.0 * 255.0))
+    # The trunk sees frames in [0, 1]: its layers applied by hand to frames / 255.
+    by_hand = net.fc(net.convs(frames.reshape(6, 4, 84, 84).float() / 255.0)).reshape(2, 3, 512)
+    torch.testing.assert_close(out, by_hand)
+    torch.testing.assert_close(net(frames.float()), out)  # float frames in 0..255 alike
+
+
+def test_q_network_scales_uint8_frames():
+    from accelrl.models import QNetwork
+
+    net = QNetwork("pixels", (4, 84, 84), 6)
+    frames = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    by_hand = net.advantage(net.features(frames.float() / 255.0))
+    torch.testing.assert_close(net(frames), by_hand)
 
 
 def test_float_input_is_not_modified_in_place():
