@@ -133,7 +133,8 @@ def train(cfg: Config) -> dict:
                     sample = source.sample(cfg.dqn.batch_size, beta=dqn.beta(run.progress))
                     with source.weights_changing():
                         update_metrics, priority = dqn.update(sample)
-                    source.update_priority(sample.get("index"), priority)
+                    if priority is not None:  # None: a skipped non-finite step
+                        source.update_priority(sample.get("index"), priority)
                     credit -= 1.0
                 metrics.update(update_metrics)
             metrics["train/replay_ratio"] = source.ratio()

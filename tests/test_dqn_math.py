@@ -250,3 +250,51 @@ def test_polyak_target_update():
         dqn.update(td.clone())
         online, target = online_and_target(dqn)
         torch.testing.assert_close(target, (1 - tau) * before + tau * online)
+
+
+def test_skipped_nonfinite_step_returns_no_priorities(monkeypatch):
+    from accelrl.algos import common
+
+    monkeypatch.setattr(common.nonfinite, "policy", "skip")
+    dqn = make_dqn(prioritized=True)
+    td = fixed_batch(weight=True)
+    td["next", "reward"][3] = float("nan")
+    before, skipped = flat(network(dqn).parameters()), common.nonfinite.skipped
+    metrics, priority = dqn.update(td)
+    assert priority is None, "a NaN priority would poison the prioritized sampler"
+    assert common.nonfinite.skipped == skipped + 1
+    assert torch.equal(flat(network(dqn).parameters()), before)
+    td["next", "reward"][3] = 0.0
+    _, priority = dqn.update(td)
+    assert priority is not None and torch.isfinite(priority).all()
+
+
+def test_prioritized_run_survives_skipped_nonfinite_steps(tmp_path, monkeypatch):
+    """End to end: NaN losses (and so NaN TD errors) in three updates of a prioritized run
+    under --on-nonfinite skip; the replay keeps sampling and the run ends with finite losses."""
+    import csv
+
+    from recipes.dqn_atari import Config, train
+
+    calls = {"n": 0}
+    real = DQN.objective
+
+    def poisoned(self, sample):
+        loss, priority = real(self, sample)
+        calls["n"] += 1
+        if 5 <= calls["n"] < 8:
+            return loss * float("nan"), priority * float("nan")
+        return loss, priority
+
+    monkeypatch.setattr(DQN, "objective", poisoned)
+    cfg = Config(total_frames=1024, run_dir=str(tmp_path), on_nonfinite="skip")
+    cfg.env.game, cfg.env.num_envs = "CartPole-v1", 4
+    cfg.collector.frames_per_batch = 64
+    cfg.dqn = DQNConfig(batch_size=32, learning_starts=128, replay_capacity=4096,
+                        prioritized=True, n_step=3)  # fmt: skip
+    cfg.log.progress, cfg.log.eval_episodes, cfg.log.tensorboard = False, 0, False
+    summary = train(cfg)
+    assert summary["frames"] == 1024
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert float(rows[-1]["train/skipped_steps"]) == 3
+    assert all(torch.isfinite(torch.tensor(float(r["loss/q"]))) for r in rows[-3:])

@@ -27,7 +27,7 @@ from torchrl.modules import DistributionalQValueActor, EGreedyModule, QValueActo
 from torchrl.objectives import DistributionalDQNLoss, DQNLoss, HardUpdate, SoftUpdate
 from torchrl.objectives.utils import TargetNetUpdater, ValueEstimators
 
-from accelrl.algos.common import gradient_step
+from accelrl.algos.common import gradient_step, nonfinite
 from accelrl.config import ConfigError, check_positive
 from accelrl.models import DirectTensorDictModule, QNetwork
 
@@ -255,17 +255,24 @@ class DQN:
         priority = td_error if self.cfg.distributional else td_error.sqrt()
         return loss, priority
 
-    def update(self, sample: TensorDictBase) -> tuple[dict[str, float], torch.Tensor]:
-        """One gradient step on a replay sample; returns (metrics, priorities [B])."""
+    def update(self, sample: TensorDictBase) -> tuple[dict[str, float], torch.Tensor | None]:
+        """One gradient step on a replay sample; returns (metrics, priorities [B]).
+
+        The priorities are None when the step was not applied (non-finite loss or gradient
+        under ``--on-nonfinite skip``): a NaN priority would poison the sampler's sum tree.
+        """
         loss, priority = self.objective(sample)
+        skipped = nonfinite.skipped
         grad_norm = gradient_step(self.optimizer, loss, self.params, self.cfg.max_grad_norm)
+        applied = nonfinite.skipped == skipped
         self.target.step()
+        loss_value, norm_value = float(loss.detach()), float(grad_norm)
         metrics = {
-            "loss/q": float(loss.detach()),
-            "train/grad_norm": float(grad_norm),
-            "train/td_error": float(priority.mean()),
+            "loss/q": loss_value,
+            "train/grad_norm": norm_value,
+            "train/td_error": float(priority.mean()) if applied else math.nan,
         }
-        return metrics, priority
+        return metrics, priority if applied else None
 
     @staticmethod
     def no_update_metrics() -> dict[str, float]:
