@@ -285,6 +285,8 @@ class DQN:
             "loss": self.loss.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "target": self.target.state_dict() if hasattr(self.target, "state_dict") else {},
+            # The acting epsilon: without it a resumed run collects its first batch at eps_start.
+            "explore": self.explore.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -292,3 +294,5 @@ class DQN:
         self.optimizer.load_state_dict(state["optimizer"])
         if state.get("target") and hasattr(self.target, "load_state_dict"):
             self.target.load_state_dict(state["target"])
+        if "explore" in state:  # checkpoints before 2026-11-30 lack it
+            self.explore.load_state_dict(state["explore"])
