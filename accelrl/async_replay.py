@@ -207,6 +207,7 @@ class SyncReplay:
         self.learning_starts = learning_starts
         self.collected = 0
         self.replayed = 0
+        self._fresh_from: int | None = None  # steps collected before the first learning batch
         self._batches = None
 
     def start(self) -> SyncReplay:
@@ -218,7 +219,10 @@ class SyncReplay:
         self.replay.extend(batch)
         if getattr(self.collector, "stream_break", False):
             self.replay.restart_streams()
+        before = self.collected
         self.collected += batch.numel()
+        if self._fresh_from is None and self.learning():
+            self._fresh_from = before
         return batch
 
     def learning(self) -> bool:
@@ -238,8 +242,11 @@ class SyncReplay:
         self.collector.update_policy_weights_()
 
     def ratio(self) -> float:
-        fresh = self.collected - self.learning_starts
-        return self.replayed / fresh if fresh > 0 else float("nan")
+        """Replayed samples per agent step collected since (and in) the first learning batch:
+        exactly the training intensity when every batch gets its share of updates."""
+        if self._fresh_from is None:
+            return float("nan")
+        return self.replayed / (self.collected - self._fresh_from)
 
     def close(self) -> None:
         self.collector.shutdown()

@@ -9,6 +9,7 @@ from accelrl.algos.dqn import DQN, DQNConfig, apply_preset, preset_num_envs, val
 from accelrl.config import ConfigError, EnvConfig
 from accelrl.envs import make_env
 from accelrl.replay import FrameReplay, ReplayConfig
+from accelrl.runner import Run
 from recipes.dqn_atari import Config, resolve, train
 
 
@@ -109,16 +110,40 @@ def small_dqn_config(run_dir, total_frames: int, **dqn) -> Config:
     return cfg
 
 
-def test_recipe_runs_keeps_replay_ratio_and_resumes(tmp_path):
+@pytest.mark.parametrize("intensity,per_batch", [(8.0, [0, 16, 16, 16]), (3.0, [0, 6, 6, 6])])
+def test_recipe_updates_per_batch_and_replay_ratio(tmp_path, monkeypatch, intensity, per_batch):
+    """Updates per batch = intensity x 64 collected / 32 per sample, none before 128 steps; the
+    logged replay ratio equals the intensity."""
+    import csv
+
+    counts: list[int] = []
+    real_update, real_collected = DQN.update, Run.collected
+
+    def update(self, sample):
+        counts[-1] += 1
+        return real_update(self, sample)
+
+    def collected(self, batch):
+        counts.append(0)
+        return real_collected(self, batch)
+
+    monkeypatch.setattr(DQN, "update", update)
+    monkeypatch.setattr(Run, "collected", collected)
+    cfg = small_dqn_config(tmp_path, 512, training_intensity=intensity)
+    cfg.collector.frames_per_batch = 64
+    cfg.dqn.learning_starts = 96  # crossed during the second batch (128 steps)
+    assert train(cfg)["frames"] == 512
+    assert counts[:4] == per_batch and len(set(counts[1:])) == 1, counts
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert rows[0]["train/replay_ratio"] == "nan"
+    ratios = [float(r["train/replay_ratio"]) for r in rows[1:]]
+    assert ratios and all(r == pytest.approx(intensity) for r in ratios), ratios
+
+
+def test_recipe_runs_and_resumes(tmp_path):
     cfg = small_dqn_config(tmp_path / "run", 512, n_step=3, prioritized=True, double=True)
     first = train(cfg)
     assert first["frames"] == 512
-    import csv
-
-    rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
-    # Intensity 8 at 64 collected / 32 per sample: 16 updates per batch once learning starts.
-    assert all(row["loss/q"] == "nan" for row in rows[:1])
-    assert all(row["loss/q"] != "nan" for row in rows[2:])
     cfg.total_frames = 768
     cfg.resume = True
     assert train(cfg)["frames"] == 768
