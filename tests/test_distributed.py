@@ -23,10 +23,18 @@ def summaries(stdout: str) -> list[dict]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def test_two_ranks_train_on_identical_weights_and_count_all_frames(tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [
-        str(torchrun), "--nproc-per-node", "2", "--master-port", "29561",
+        str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port()),
         str(REPO / "recipes" / "ppo_atari.py"), *CARTPOLE, "--total-frames", "2048",
         "--dist.check-sync-every", "1", "--dist.lr-scaling", "linear",
         "--run-dir", str(tmp_path / "run"),
@@ -45,6 +53,11 @@ def test_two_ranks_train_on_identical_weights_and_count_all_frames(tmp_path):
     rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
     assert len(rows) == 1 + 16
     assert ranks[0]["episodes"] > 0 and ranks[1]["episodes"] == 0
+    # Rank 1's episodes reach rank 0's episodes.csv: the lengths there add up to more agent
+    # steps than rank 0 took itself (1024; both ranks: 2048 minus the unfinished episodes).
+    lengths = [int(line.split(",")[2]) for line in
+               (tmp_path / "run" / "episodes.csv").read_text().splitlines()[1:]]  # fmt: skip
+    assert sum(lengths) > 1.25 * 1024, sum(lengths)
 
 
 def wait_for(predicate, timeout: float) -> bool:

@@ -1,0 +1,58 @@
+"""Gradient averaging over ranks, checked against one process on the whole batch: two gloo
+ranks (spawned here, free port) each take half of a batch; after ``gradient_step`` both hold
+the weights a single process reaches with the full batch (a sum instead of a mean would double
+the step)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def model_and_batch() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 1))
+    x, y = torch.randn(16, 5), torch.randn(16, 1)
+    return model, x, y
+
+
+def step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+    from accelrl.algos.common import gradient_step
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    # A large max norm: clipping would hide a factor of two.
+    gradient_step(opt, loss, list(model.parameters()), max_grad_norm=1e6)
+
+
+def rank_main(rank: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    try:
+        model, x, y = model_and_batch()
+        half = slice(8 * rank, 8 * (rank + 1))
+        step(model, x[half], y[half])
+        torch.save(model.state_dict(), f"{out}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_ranks_step_like_one_process_on_the_whole_batch(tmp_path):
+    mp.spawn(rank_main, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
+    single, x, y = model_and_batch()
+    step(single, x, y)
+    for rank in (0, 1):
+        state = torch.load(tmp_path / f"rank{rank}.pt")
+        for name, value in single.state_dict().items():
+            torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-6)
