@@ -310,3 +310,48 @@ def test_same_seed_same_first_updates_to_the_bit(tmp_path, capsys):
         rows.append([[line.split(",")[i] for i in keep] for line in lines[1:]])
     assert len(rows[0]) == 5
     assert rows[0] == rows[1]
+
+
+class GoesSilent:
+    """A collector that yields ``batches`` batches and then blocks (a hung worker)."""
+
+    def __init__(self, batches: int) -> None:
+        self.batches = batches
+        self.shutdowns = 0
+
+    def __iter__(self):
+        for i in range(self.batches):
+            yield {"batch": i}
+        time.sleep(3600)
+
+    def shutdown(self, timeout=None, raise_on_error=True):
+        self.shutdowns += 1
+
+
+@pytest.mark.parametrize("batches,limit", [(2, "limit 2 s"), (0, "limit 4 s")],
+                         ids=["stalled", "never-started"])  # fmt: skip
+def test_watchdog_stops_a_silent_collector(batches, limit):
+    from accelrl.collect import CollectorFailure, WatchedCollector
+
+    def backstop(signum, frame):
+        raise AssertionError("the watchdog never stopped the silent collector")
+
+    inner = GoesSilent(batches)
+    watched = WatchedCollector(inner, stall_timeout_s=2.0, startup_timeout_s=4.0)
+    start = time.monotonic()
+    seen = 0
+    previous = signal.signal(signal.SIGALRM, backstop)
+    signal.alarm(30)  # a broken watchdog fails the test instead of hanging it
+    try:
+        with pytest.raises(CollectorFailure, match=f"produced no batch for .*{limit}"):
+            for _ in watched:
+                seen += 1
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        watched.shutdown()
+    elapsed = time.monotonic() - start
+    assert seen == batches
+    # The limit, plus at most one watchdog period and scheduling slack; never the hour.
+    assert float(limit.split()[1]) <= elapsed < float(limit.split()[1]) + 10, elapsed
+    assert inner.shutdowns == 1
