@@ -306,3 +306,45 @@ def test_truncation_at_frame_cap(backend):
     assert truncated == [50]
     assert not nxt["terminated"].any()
     assert nxt["episode_length"].reshape(-1)[50].item() == 51
+
+
+def same_action_rollout(cfg: EnvConfig, steps: int) -> torch.Tensor:
+    """Frames [steps + 1, N, ...] with one random action sequence shared by every row."""
+    env = make_env(cfg, seed=0, sim_threads=1)
+    try:
+        td = env.reset()
+        frames = [td["pixels"].clone()]
+        gen = torch.Generator().manual_seed(123)
+        for _ in range(steps):
+            action = torch.randint(env.action_spec.space.n, (1,), generator=gen)
+            td = env.step(td.set("action", action.expand(cfg.num_envs).clone()))["next"]
+            frames.append(td["pixels"].clone())
+    finally:
+        env.close()
+    return torch.stack(frames)
+
+
+def rows_all_equal(frames: torch.Tensor) -> bool:
+    return all(torch.equal(frames[:, 0], frames[:, i]) for i in range(1, frames.shape[1]))
+
+
+@pytest.mark.parametrize(
+    "changes,identical",
+    [
+        ({}, True),  # ALE is deterministic: same actions, same frames in every simulator
+        ({"noop_max": 30}, False),  # random no-op starts put them at different points
+        ({"sticky_actions": 0.25}, False),  # repeated actions at random
+    ],
+    ids=["deterministic", "noop-starts", "sticky-actions"],
+)
+def test_ale_vec_noop_starts_and_sticky_actions_reach_the_simulators(changes, identical):
+    base = dict(game="Pong", num_envs=4, sticky_actions=0.0, noop_max=0)
+    frames = same_action_rollout(EnvConfig(**{**base, **changes}), steps=80)
+    assert rows_all_equal(frames) == identical
+
+
+def test_ale_vec_fire_reset_starts_breakout():
+    base = dict(game="Breakout", num_envs=2, sticky_actions=0.0, noop_max=0)
+    fired = same_action_rollout(EnvConfig(**base, fire_reset=True), steps=3)
+    idle = same_action_rollout(EnvConfig(**base, fire_reset=False), steps=3)
+    assert not torch.equal(fired, idle)
