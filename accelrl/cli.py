@@ -17,6 +17,7 @@ from accelrl.algos.common import NonFiniteError
 from accelrl.checkpoint import CheckpointError
 from accelrl.collect import CollectorFailure
 from accelrl.config import ConfigError, validate_common
+from accelrl.distributed import PeerLost
 from accelrl.runner import RunInterrupted, describe_progress
 
 C = TypeVar("C")
@@ -53,7 +54,7 @@ def run_recipe(
     except KeyboardInterrupt:
         print("accelrl: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
-    except (NonFiniteError, CheckpointError, CollectorFailure) as err:
+    except (NonFiniteError, CheckpointError, CollectorFailure, PeerLost) as err:
         print(f"accelrl: error: {err}{describe_progress()}", file=sys.stderr)
         raise SystemExit(3) from None
     except RunInterrupted as stop:

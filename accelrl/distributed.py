@@ -18,6 +18,7 @@ NCCL on CUDA (one rank per GPU: ``cuda:LOCAL_RANK``), gloo on CPU.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -40,6 +41,31 @@ class DistInfo:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+
+class PeerLost(RuntimeError):
+    """A collective failed on this rank: another rank died, hung past the timeout, or the
+    network between them broke. The run stops with one line (exit code 3)."""
+
+
+@contextlib.contextmanager
+def _collective(op: str):
+    """Turn a backend failure inside ``op`` into ``PeerLost`` naming this rank and the op.
+
+    A peer that dies closes its connections, so gloo raises at once; one that hangs makes
+    the others wait for the process group's timeout (``init_from_environment``'s, 600 s).
+    """
+    try:
+        yield
+    except RuntimeError as err:  # DistBackendError and gloo/NCCL errors are RuntimeErrors
+        text = str(err).strip()
+        first = text.splitlines()[0][:200] if text else type(err).__name__
+        rank = dist.get_rank() if dist.is_initialized() else "?"
+        world = dist.get_world_size() if dist.is_initialized() else "?"
+        raise PeerLost(
+            f"rank {rank} of {world}: {op} failed; another rank has probably died or stopped "
+            f"answering ({first})"
+        ) from err
 
 
 def _env_world_size() -> int:
@@ -106,38 +132,52 @@ def rank_device(device: str) -> str:
     return device
 
 
-def average_gradients(params: list[torch.nn.Parameter]) -> None:
-    """Average ``params``' gradients over all ranks in place (no-op on one rank).
+def average_gradients(params: list[torch.nn.Parameter], local_nonfinite: bool = False) -> bool:
+    """Average ``params``' gradients over all ranks in place; returns True when any rank
+    reported ``local_nonfinite`` (a no-op returning ``local_nonfinite`` on one rank).
 
     Gradients are flattened into one buffer per dtype and device, so a step costs one
-    all-reduce whatever the number of tensors. Parameters without a gradient on this rank
-    contribute zeros, so every rank calls the collective with the same sizes.
+    all-reduce whatever the number of tensors; the first buffer carries one more element, the
+    number of ranks whose loss was not finite, so that every rank skips (or stops at) the same
+    step without another collective. Parameters without a gradient on this rank (a rank that
+    did not backpropagate a NaN loss) contribute zeros, so every rank calls the collective with
+    the same sizes and no rank is left waiting in it.
     """
     if not active():
-        return
+        return local_nonfinite
     world = dist.get_world_size()
     groups: dict[tuple[torch.dtype, torch.device], list[torch.nn.Parameter]] = {}
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
         groups.setdefault((p.grad.dtype, p.grad.device), []).append(p)
-    for group in groups.values():
-        flat = torch.cat([p.grad.reshape(-1) for p in group])
-        dist.all_reduce(flat)
+    any_nonfinite = local_nonfinite
+    for i, group in enumerate(groups.values()):
+        parts = [p.grad.reshape(-1) for p in group]
+        if i == 0:
+            parts.append(torch.full((1,), float(local_nonfinite), dtype=parts[0].dtype,
+                                    device=parts[0].device))  # fmt: skip
+        flat = torch.cat(parts)
+        with _collective("the gradient all-reduce"):
+            dist.all_reduce(flat)
+        if i == 0:
+            any_nonfinite = bool(flat[-1].item() > 0)
         flat /= world
         offset = 0
         for p in group:
             n = p.grad.numel()
             p.grad.copy_(flat[offset : offset + n].view_as(p.grad))
             offset += n
+    return any_nonfinite
 
 
 def broadcast_module(module: torch.nn.Module, src: int = 0) -> None:
     """Give every rank rank ``src``'s parameters and buffers."""
     if not active():
         return
-    for tensor in [*module.parameters(), *module.buffers()]:
-        dist.broadcast(tensor.data, src=src)
+    with _collective("the weight broadcast"):
+        for tensor in [*module.parameters(), *module.buffers()]:
+            dist.broadcast(tensor.data, src=src)
 
 
 def any_rank(flag: bool) -> bool:
@@ -145,7 +185,8 @@ def any_rank(flag: bool) -> bool:
     if not active():
         return flag
     t = torch.tensor([1.0 if flag else 0.0], device=_collective_device())
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    with _collective("the stop-flag all-reduce"):
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item() > 0)
 
 
@@ -154,7 +195,8 @@ def gather_objects(obj: Any) -> list[Any]:
     if not active():
         return [obj]
     out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
+    with _collective("the episode gather"):
+        dist.all_gather_object(out, obj)
     return out
 
 
@@ -170,9 +212,10 @@ def check_in_sync(params: list[torch.nn.Parameter]) -> None:
         return
     local = torch.cat([p.detach().reshape(-1).double() for p in params])
     ref = local.clone()
-    dist.broadcast(ref, src=0)
-    same = torch.tensor([1.0 if torch.equal(local, ref) else 0.0], device=local.device)
-    dist.all_reduce(same, op=dist.ReduceOp.MIN)
+    with _collective("the weight-sync check"):
+        dist.broadcast(ref, src=0)
+        same = torch.tensor([1.0 if torch.equal(local, ref) else 0.0], device=local.device)
+        dist.all_reduce(same, op=dist.ReduceOp.MIN)
     if same.item() < 1:
         raise RuntimeError(f"rank {dist.get_rank()}: weights differ across ranks after a step")
 

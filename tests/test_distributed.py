@@ -109,3 +109,44 @@ def test_signal_writes_a_checkpoint_and_exits_then_resume_finishes(tmp_path, sig
     assert summaries(done.stdout)[-1]["frames"] == frames + 640
     frames_col = [int(r.split(",")[0]) for r in metrics.read_text().splitlines()[1:]]
     assert frames_col == list(range(64, frames + 640 + 1, 64)), "no duplicated or missing rows"
+
+
+def start_ranks(tmp_path, extra: list[str], world: int = 2) -> list[subprocess.Popen]:
+    """``world`` ranks of the PPO recipe started as torchrun would (its environment variables),
+    without torchrun's agent, which would itself kill the survivors of a dead rank."""
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank),
+               "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
+        procs.append(subprocess.Popen(
+            [sys.executable, str(REPO / "recipes" / "ppo_atari.py"), *CARTPOLE, *extra,
+             "--run-dir", str(tmp_path / "run")],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        ))  # fmt: skip
+    return procs
+
+
+def test_a_dead_rank_stops_the_survivor_with_one_line(tmp_path):
+    procs = start_ranks(tmp_path, ["--total-frames", "100000000"])
+    metrics = tmp_path / "run" / "metrics.csv"
+    try:
+        assert wait_for(lambda: metrics.exists() and metrics.read_text().count("\n") > 3, 120)
+        procs[1].kill()
+        killed_at = time.monotonic()
+        while procs[0].poll() is None and time.monotonic() - killed_at < 120:
+            time.sleep(0.05)
+        stopped_after = time.monotonic() - killed_at
+        _, err = procs[0].communicate(timeout=30)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    print(f"rank 0 stopped {stopped_after:.2f} s after rank 1 was killed")
+    assert procs[0].returncode == 3, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("accelrl: error: rank 0 of 2: ") and "died" in last, last
+    assert "latest checkpoint: " in last, last
+    assert "Traceback" not in err, err[-3000:]
+    assert stopped_after < 30, stopped_after

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -38,7 +39,7 @@ def step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
 def rank_main(rank: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=30))
     try:
         model, x, y = model_and_batch()
         half = slice(8 * rank, 8 * (rank + 1))
@@ -56,3 +57,47 @@ def test_two_ranks_step_like_one_process_on_the_whole_batch(tmp_path):
         state = torch.load(tmp_path / f"rank{rank}.pt")
         for name, value in single.state_dict().items():
             torch.testing.assert_close(state[name], value, rtol=1e-5, atol=1e-6)
+
+
+def nan_rank_main(rank: int, port: int, out: str, policy: str) -> None:
+    """Three steps; rank 1's loss is NaN in the second. Records what each rank saw."""
+    from accelrl.algos import common
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=30))
+    common.nonfinite.policy, common.nonfinite.skipped = policy, 0
+    record = {"error": None}
+    try:
+        model, x, y = model_and_batch()
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        half = slice(8 * rank, 8 * (rank + 1))
+        for i in range(3):
+            loss = torch.nn.functional.mse_loss(model(x[half]), y[half])
+            if rank == 1 and i == 1:
+                loss = loss * float("nan")
+            common.gradient_step(opt, loss, list(model.parameters()), max_grad_norm=1e6)
+    except common.NonFiniteError as err:
+        record["error"] = str(err)
+    finally:
+        record["skipped"] = common.nonfinite.skipped
+        record["state"] = model.state_dict()
+        torch.save(record, f"{out}/rank{rank}.pt")
+        dist.destroy_process_group()
+
+
+def test_nan_on_one_rank_is_skipped_by_all_ranks_together(tmp_path):
+    mp.spawn(nan_rank_main, args=(free_port(), str(tmp_path), "skip"), nprocs=2, join=True)
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+    assert r0["skipped"] == r1["skipped"] == 1, (r0["skipped"], r1["skipped"])
+    # Still in step: the same weights on both ranks (a rank that skipped the all-reduce alone
+    # would pair its next all-reduce with the other's previous one).
+    for name, value in r0["state"].items():
+        assert torch.equal(value, r1["state"][name]), name
+
+
+def test_nan_on_one_rank_stops_every_rank(tmp_path):
+    mp.spawn(nan_rank_main, args=(free_port(), str(tmp_path), "stop"), nprocs=2, join=True)
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
+    assert r1["error"].startswith("loss is nan (non-finite)"), r1["error"]
+    assert "another rank" in r0["error"], r0["error"]

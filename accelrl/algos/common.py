@@ -109,26 +109,28 @@ def gradient_step(
     optimizer touches the weights (see ``NonFiniteGuard``).
     """
     optimizer.zero_grad(set_to_none=True)
-    if not torch.isfinite(loss.detach()).all():
-        return _nonfinite(optimizer, "loss", loss)
-    loss.backward()
-    # Data-parallel runs: every rank steps with the gradient of the global batch.
-    average_gradients(parameters)
+    finite = bool(torch.isfinite(loss.detach()).all())
+    if finite:
+        loss.backward()
+    # Data-parallel runs: every rank steps with the gradient of the global batch, and a
+    # non-finite loss on any rank makes every rank skip (or stop at) this same step.
+    if average_gradients(parameters, local_nonfinite=not finite):
+        if finite:
+            return _nonfinite(optimizer, "the loss of another rank is non-finite")
+        return _nonfinite(optimizer, f"loss is {float(loss.detach().reshape(-1)[0])} (non-finite)")
     norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
     if not torch.isfinite(norm):
-        return _nonfinite(optimizer, "gradient norm", norm)
+        return _nonfinite(optimizer, f"gradient norm is {float(norm)} (non-finite)")
     optimizer.step()
     return norm
 
 
-def _nonfinite(optimizer: torch.optim.Optimizer, what: str, value: torch.Tensor) -> torch.Tensor:
+def _nonfinite(optimizer: torch.optim.Optimizer, what: str) -> torch.Tensor:
     optimizer.zero_grad(set_to_none=True)
     if nonfinite.policy == "skip":
         nonfinite.skipped += 1
         return torch.zeros(())
-    raise NonFiniteError(
-        f"{what} is {float(value.detach().reshape(-1)[0])} (non-finite); the step was not applied"
-    )
+    raise NonFiniteError(f"{what}; the step was not applied")
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
