@@ -150,3 +150,33 @@ def test_a_dead_rank_stops_the_survivor_with_one_line(tmp_path):
     assert "latest checkpoint: " in last, last
     assert "Traceback" not in err, err[-3000:]
     assert stopped_after < 30, stopped_after
+
+
+def test_signal_on_one_rank_stops_all_at_the_same_batch_and_they_resume(tmp_path):
+    """SIGTERM to rank 1 only: the ranks agree (all-reduce) to stop after the same batch, rank
+    0 checkpoints, both exit 143; two ranks resume and end with one metrics row per update."""
+    procs = start_ranks(tmp_path, ["--total-frames", "100000000"])
+    metrics = tmp_path / "run" / "metrics.csv"
+    try:
+        assert wait_for(lambda: metrics.exists() and metrics.read_text().count("\n") > 3, 120)
+        procs[1].send_signal(signal.SIGTERM)
+        errs = [p.communicate(timeout=60)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [143, 143], errs[0][-2000:] + errs[1][-2000:]
+    stops = [next(x for x in e.splitlines() if "stopped at" in x) for e in errs]
+    frames = [int(x.split("stopped at ")[1].split()[0]) for x in stops]
+    assert frames[0] == frames[1], stops
+    ckpts = sorted((tmp_path / "run" / "checkpoints").glob("ckpt_*.pt"))
+    assert ckpts[-1].name == f"ckpt_{frames[0]:012d}.pt"
+
+    target = frames[0] + 10 * 128
+    procs = start_ranks(tmp_path, ["--total-frames", str(target), "--resume"])
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:]
+    ranks = sorted((s for out, _ in outs for s in summaries(out)), key=lambda s: s["rank"])
+    assert ranks[0]["weights_checksum"] == ranks[1]["weights_checksum"]
+    rows = [int(r.split(",")[0]) for r in metrics.read_text().splitlines()[1:]]
+    assert rows == list(range(128, target + 1, 128)), "one row per update, none lost or repeated"
