@@ -153,7 +153,29 @@ def metric_rows(run_dir) -> list[dict]:
     return list(csv.DictReader(open(Path(run_dir) / "metrics.csv")))
 
 
-def test_appo_drops_batches_beyond_the_policy_lag_bound(tmp_path):
+def test_appo_drops_batches_beyond_the_policy_lag_bound(tmp_path, monkeypatch):
+    """Every batch is judged by its own lag, whatever the scheduling: accepted iff its oldest
+    step is at most max_policy_lag updates old; dropped frames count exactly the rejected
+    batches; a lagged batch reaches the learner without the collected values (recomputed with
+    the current critic), a current one with them."""
+    from accelrl.algos.ppo import PPO as APPO  # the APPO recipe runs PPO's update
+    from accelrl.runner import Run
+
+    judged: list[tuple[float, bool, int]] = []
+    seen: list[tuple[float, bool]] = []
+    real_accept, real_update = Run.accept, APPO.update
+
+    def accept(self, batch):
+        ok = real_accept(self, batch)
+        judged.append((self._lag["async/policy_lag_max"], ok, batch.numel()))
+        return ok
+
+    def update(self, batch, progress):
+        seen.append((judged[-1][0], "state_value" in batch.keys()))
+        return real_update(self, batch, progress)
+
+    monkeypatch.setattr(Run, "accept", accept)
+    monkeypatch.setattr(APPO, "update", update)
     cfg = appo_cartpole(tmp_path / "run", 6144)
     cfg.collector.num_workers = 3
     cfg.collector.max_policy_lag = 1
@@ -161,9 +183,11 @@ def test_appo_drops_batches_beyond_the_policy_lag_bound(tmp_path):
     summary = appo_atari.train(cfg)
     rows = metric_rows(cfg.run_dir)
     assert summary["frames"] >= 6144
+    assert all(ok == (lag <= 1) for lag, ok, _ in judged), judged
     assert all(float(r["async/policy_lag_max"]) <= 1 for r in rows)
-    # Three workers keep two batches in flight while one is trained on: some come back too old.
-    assert float(rows[-1]["perf/dropped_frames"]) > 0
+    rejected = sum(n for _, ok, n in judged if not ok)
+    assert float(rows[-1]["perf/dropped_frames"]) == rejected, (rows[-1], judged)
+    assert all(has_values == (lag == 0) for lag, has_values in seen), seen
     assert not child_pids() - before
 
 
