@@ -12,7 +12,9 @@ Atari (one run per call, meant for ``nohup``; both kinds write ``episodes.csv`` 
 
 ``--impl accelrl`` runs the recipe itself (``recipes/<algo>_atari.py``) with the plain loop's
 settings; ``--impl plain`` runs ``benchmarks.plain_loops`` (numpy + PyTorch, no TorchRL).
-CartPole mode (the side-by-side table of every algorithm) is in ``benchmarks.learning_cartpole``.
+CartPole mode, the side-by-side table of every algorithm (``benchmarks.learning_cartpole``):
+
+    python -m benchmarks.learning cartpole [--algos ...] [--seeds 0 1 2] [--quick] [--json P]
 """
 
 from __future__ import annotations
@@ -200,6 +202,13 @@ def main(argv: list[str] | None = None) -> None:
     c = sub.add_parser("compare", help="last-100 table, curves CSV + PNG of run folders")
     c.add_argument("run_dirs", nargs="+", type=Path)
     c.add_argument("-o", "--out", type=Path, default=None, help="path stem for .csv and .png")
+    sub.add_parser("cartpole", help="the CartPole table: benchmarks.learning_cartpole's flags")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["cartpole"]:
+        from benchmarks import learning_cartpole
+
+        learning_cartpole.main(argv[1:])
+        return
     args = p.parse_args(argv)
     if args.mode == "atari":
         if args.impl == "plain":
