@@ -46,3 +46,21 @@ def slurm_cluster() -> None:
 def _slurm_marker_needs_cluster(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("slurm") is not None:
         request.getfixturevalue("slurm_cluster")
+
+
+def count_batches(run):
+    """``run()``'s result and the number of batches the runner collected during it."""
+    from accelrl.runner import Run
+
+    real = Run.collected
+    count = {"n": 0}
+
+    def collected(self, batch):
+        count["n"] += 1
+        return real(self, batch)
+
+    Run.collected = collected
+    try:
+        return run(), count["n"]
+    finally:
+        Run.collected = real

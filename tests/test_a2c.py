@@ -10,6 +10,7 @@ from accelrl.config import EnvConfig
 from accelrl.envs import make_env
 from accelrl.models import make_actor_critic
 from recipes.a2c_atari import Config, train
+from tests.conftest import count_batches
 
 
 def test_one_update_moves_every_parameter_and_reports_metrics():
@@ -36,8 +37,9 @@ def test_recipe_runs_and_resumes(tmp_path):
     assert train(cfg)["updates"] == 20
     cfg.total_frames = 2400
     cfg.resume = True
-    summary = train(cfg)
+    summary, batches = count_batches(lambda: train(cfg))
     assert summary["frames"] == 2400 and summary["updates"] == 30
+    assert batches == 10, "the resumed run collects only what was missing (a restart: 30)"
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ from accelrl.envs import make_env
 from accelrl.replay import FrameReplay, ReplayConfig
 from accelrl.runner import Run
 from recipes.dqn_atari import Config, resolve, train
+from tests.conftest import count_batches
 
 
 def test_rainbow_preset_turns_everything_on_and_explicit_flags_win():
@@ -146,7 +147,9 @@ def test_recipe_runs_and_resumes(tmp_path):
     assert first["frames"] == 512
     cfg.total_frames = 768
     cfg.resume = True
-    assert train(cfg)["frames"] == 768
+    summary, batches = count_batches(lambda: train(cfg))
+    assert summary["frames"] == 768
+    assert batches == 4, "the resumed run collects only what was missing (a restart: 12)"
 
 
 @pytest.mark.slow
@@ -181,31 +184,6 @@ def cartpole_run(algo: str, seed: int, run_dir) -> dict:
         f"{summary['mean_return_100']:.1f}, greedy {summary['eval/greedy_return']:.1f}"
     )
     return {**summary, "first_100": first}
-
-
-def cartpole_learning_config(run_dir, seed: int, **flags) -> Config:
-    """The earlier CartPole settings (lr 2.5e-4, batch 64, target copy every 256 updates,
-    intensity 8, 256x256 MLP, 100k steps), kept for the asynchronous DQN test."""
-    cfg = Config(total_frames=100_000, seed=seed, run_dir=str(run_dir))
-    cfg.env.game = "CartPole-v1"
-    cfg.env.num_envs = 8
-    cfg.collector.frames_per_batch = 256
-    cfg.model.mlp_hidden = (256, 256)
-    cfg.dqn = DQNConfig(
-        lr=2.5e-4,
-        batch_size=64,
-        replay_capacity=100_000,
-        learning_starts=1000,
-        eps_end=0.04,
-        eps_decay_frames=10_000,
-        target_update_interval=256,
-        training_intensity=8,
-        **flags,
-    )
-    cfg.log.progress = False
-    cfg.log.tensorboard = False
-    cfg.log.eval_episodes = 4
-    return cfg
 
 
 def first_episodes_mean(run_dir, n: int = 100) -> float:
