@@ -355,3 +355,46 @@ def test_watchdog_stops_a_silent_collector(batches, limit):
     # The limit, plus at most one watchdog period and scheduling slack; never the hour.
     assert float(limit.split()[1]) <= elapsed < float(limit.split()[1]) + 10, elapsed
     assert inner.shutdowns == 1
+
+
+@pytest.mark.parametrize("policy", ["stop", "skip"])
+def test_nonfinite_gradient_norm_with_a_finite_loss(monkeypatch, policy):
+    from accelrl.algos import common
+
+    monkeypatch.setattr(common.nonfinite, "policy", policy)
+    monkeypatch.setattr(common.nonfinite, "skipped", 0)
+    model = torch.nn.Linear(3, 1)
+    model.weight.register_hook(lambda g: g * float("inf"))  # finite loss, infinite gradient
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = model(torch.ones(4, 3)).pow(2).mean()
+    if policy == "stop":
+        with pytest.raises(common.NonFiniteError, match="gradient norm is (inf|nan)"):
+            common.gradient_step(opt, loss, list(model.parameters()), 1.0)
+    else:
+        assert float(common.gradient_step(opt, loss, list(model.parameters()), 1.0)) == 0.0
+        assert common.nonfinite.skipped == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_checkpoint_refuses_nonfinite_weights(tmp_path, monkeypatch, capsys):
+    """Weights that turned NaN without a NaN loss (an optimizer or hardware fault) are never
+    saved: the checkpoint is refused with one line and the previous one stays the latest."""
+    from accelrl.runner import Run
+
+    real = Run.checkpoint
+
+    def checkpoint(self):
+        if self.frames == 512:
+            with torch.no_grad():
+                next(self._modules()[0].parameters()).view(-1)[0] = float("nan")
+        return real(self)
+
+    monkeypatch.setattr(Run, "checkpoint", checkpoint)
+    argv = [*CARTPOLE, "--total-frames", "2048", "--run-dir", str(tmp_path)]
+    with pytest.raises(SystemExit) as stop:
+        run_recipe(ppo_atari.Config, ppo_atari.train, description="", argv=argv)
+    assert stop.value.code == 3
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "is not finite; checkpoint not written" in err and "ckpt_000000000256.pt" in err, err
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt_000000000256.pt"]
