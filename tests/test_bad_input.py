@@ -3,7 +3,6 @@ worker process. Each case runs the recipe's command line in this process (the sa
 as ``python recipes/X.py ...``, without paying the interpreter start-up per case)."""
 
 import importlib
-import time
 
 import pytest
 
@@ -75,9 +74,8 @@ def test_wrong_input_stops_with_one_line(recipe, flags, words, capsys, monkeypat
 
     monkeypatch.setattr("accelrl.runner.Run.__init__", no_run)
     before = child_pids()
-    start = time.monotonic()
     code, err = run_cli(recipe, flags, capsys)
-    assert time.monotonic() - start < 10
+    # Nothing started: Run.__init__ raises above, so no wall-clock bound is needed here.
     assert_one_clear_line(code, err, words)
     assert not child_pids() - before, "no worker may start"
 

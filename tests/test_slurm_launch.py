@@ -295,9 +295,12 @@ def test_signalled_job_checkpoints_requeues_and_resumes(in_tmp):
     (job,) = submit(opts, [run])
     metrics = Path(run.cfg.run_dir) / "metrics.csv"
     try:
-        deadline = time.time() + 60
+        # Waits for an event (rows written, or the job ending early); 300 s only guards a hang
+        # (a busy cluster may take a while to schedule the job).
+        deadline = time.time() + 300
         while not (metrics.exists() and len(metrics.read_text().splitlines()) > 3):
-            assert time.time() < deadline, "the job did not start training"
+            assert not job.done(), f"the job ended before training: {job.stderr()}"
+            assert time.time() < deadline, "the job did not start training within 300 s"
             time.sleep(0.5)
         subprocess.run(["scancel", "--signal", "USR2", job.job_id], check=True)
         summary = job.results()[0]
