@@ -9,6 +9,7 @@ import os
 import socket
 from datetime import timedelta
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -101,3 +102,21 @@ def test_nan_on_one_rank_stops_every_rank(tmp_path):
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt") for r in (0, 1))
     assert r1["error"].startswith("loss is nan (non-finite)"), r1["error"]
     assert "another rank" in r0["error"], r0["error"]
+
+
+@pytest.mark.parametrize("rule,factor", [("none", 1.0), ("linear", 4.0), ("sqrt", 2.0)])
+def test_learning_rate_scaling_rules(rule, factor):
+    from types import SimpleNamespace
+
+    from accelrl.runner import Run
+    from recipes.dqn_atari import Config
+
+    cfg = Config()
+    cfg.dist.lr_scaling = rule
+    fake = SimpleNamespace(cfg=cfg, dist=SimpleNamespace(world_size=4))
+    Run._scale_learning_rate(fake)
+    assert cfg.dqn.lr == pytest.approx(Config().dqn.lr * factor)
+    one = SimpleNamespace(cfg=Config(), dist=SimpleNamespace(world_size=1))
+    one.cfg.dist.lr_scaling = rule
+    Run._scale_learning_rate(one)
+    assert one.cfg.dqn.lr == Config().dqn.lr  # one rank: unchanged
