@@ -14,7 +14,7 @@ update as the recipe:
   episode bootstraps from its final frame), then epochs x minibatches of the clipped policy
   loss, clipped value loss and entropy bonus, gradient-norm clipping, Adam; learning rate and clip
   range annealed; approximate KL and clip fraction per minibatch (logged by the recipes too).
-- ``plain_a2c``: T steps, n-step returns, one RMSprop step on the whole batch.
+- ``plain_a2c``: T steps, n-step returns, one RMSprop step (TensorFlow's form) on the batch.
 - ``plain_dqn``: epsilon-greedy acting (the Q-network runs for every step, as accelrl's
   ``EGreedyModule`` does), a uniform replay of (obs, next obs) stacks in a ring per simulator, or
   with ``prioritized`` a numpy sum tree; ``double``, ``dueling``, ``n_step`` and
@@ -340,7 +340,11 @@ def plain_a2c(
 ) -> list[Record]:
     env, dev = _setup(game, s.num_envs, threads, seed, device, sticky)
     model = ActorCritic(env.num_actions).to(dev)
-    opt = torch.optim.RMSprop(model.parameters(), lr=s.lr, alpha=s.alpha, eps=s.eps)
+    # TensorFlow's RMSprop (eps inside the square root, average from one), as OpenAI
+    # baselines' A2C and the recipe use; PyTorch's form takes far larger early steps.
+    from benchmarks.plain_classic import RMSpropTF
+
+    opt = RMSpropTF(model.parameters(), lr=s.lr, alpha=s.alpha, eps=s.eps)
     rollout = Rollout(env, model, s.steps, dev)
     n = s.num_envs * s.steps
     records: list[Record] = []
