@@ -216,7 +216,7 @@ VARIANTS = ["double-dueling", "nstep-prioritized", "c51", "rainbow"]
 @pytest.mark.slow
 @pytest.mark.parametrize("algo", VARIANTS)
 def test_dqn_variants_learn_cartpole(tmp_path, algo, capsys):
-    """Each variant with the RL-zoo settings at 100k steps, seed 0 (settings and the plain
+    """Each variant with the RL-zoo settings at 50k steps, seed 0 (settings and the plain
     loop's figures: README "Does it learn?")."""
     r = cartpole_run(algo, 0, tmp_path / "run")
     with capsys.disabled():
