@@ -315,6 +315,40 @@ def test_signalled_job_checkpoints_requeues_and_resumes(in_tmp):
     assert frames == sorted(set(frames))  # no rows repeated after the resume
 
 
+@pytest.mark.slurm
+@pytest.mark.slow  # about a minute, 30 s of it SLURM's requeue delay
+def test_two_node_job_preempted_stops_both_ranks_requeues_and_resumes(in_tmp):
+    """USR2 to both tasks of a 2-node data-parallel job: the ranks agree to stop after the same
+    batch, rank 0 checkpoints, submitit requeues the job and both ranks resume; the run ends
+    with one metrics row per update and the same weights on both ranks."""
+    flags = [*TINY, "--total-frames", "16384", "--log.checkpoint-every-frames", "100000"]
+    opts = parse_args([
+        "recipes.ppo_atari", "--nodes", "2", "--time", "15", "--cpus-per-task", "1", "--",
+        *flags,
+    ])  # fmt: skip
+    (run,) = prepare(opts)
+    (job,) = submit(opts, [run])
+    metrics = Path(run.cfg.run_dir) / "metrics.csv"
+    try:
+        deadline = time.time() + 300  # a hang guard; the loop waits for rows or the job's end
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) > 3):
+            assert not job.done(), f"the job ended before training: {job.stderr()}"
+            assert time.time() < deadline, "the job did not start training within 300 s"
+            time.sleep(0.5)
+        subprocess.run(["scancel", "--signal", "USR2", job.job_id], check=True)
+        results = job.results()
+    finally:
+        if not job.done(force_check=True):
+            job.cancel(check=False)
+    by_rank = {r["rank"]: r for r in results}
+    assert sorted(by_rank) == [0, 1] and by_rank[0]["frames"] == 16384
+    assert by_rank[0]["weights_checksum"] == by_rank[1]["weights_checksum"]
+    log = Path(job.paths.stderr).read_text()
+    assert "SIGUSR2: stopped at" in log and "resumed from" in log, log[-3000:]
+    frames = [int(row.split(",")[0]) for row in metrics.read_text().splitlines()[1:]]
+    assert frames == list(range(128, 16384 + 1, 128)), "one row per update, none repeated"
+
+
 def calibrated_fps(tmp_path) -> float:
     """Frames/s of the TINY recipe on this machine now, one torch thread as in a 1-CPU job."""
     from accelrl.cli import run_recipe
