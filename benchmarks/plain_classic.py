@@ -42,6 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from benchmarks.plain_loops import SumTree  # the same numpy sum tree as the Atari plain DQN
+
 ENV_ID = "CartPole-v1"
 EVAL_SEED_OFFSET = 10_000
 """Evaluation episode k of a run with seed s resets with seed s + 10_000 + k."""
@@ -190,39 +192,6 @@ class QNet(nn.Module):
         if self.value is not None:
             out = self.value(x).view(-1, 1, self.atoms) + out - out.mean(1, keepdim=True)
         return out.squeeze(-1) if self.atoms == 1 else out
-
-
-class SumTree:
-    """Sums of priorities over a power-of-two leaf array; vectorised updates and lookups."""
-
-    def __init__(self, size: int) -> None:
-        self.leaves = 1 << max(0, (size - 1).bit_length())
-        self.tree = np.zeros(2 * self.leaves)
-
-    def set(self, idx: np.ndarray, values: np.ndarray) -> None:
-        pos = np.asarray(idx) + self.leaves
-        self.tree[pos] = values
-        pos = np.unique(pos // 2)
-        while pos[0] >= 1:
-            self.tree[pos] = self.tree[2 * pos] + self.tree[2 * pos + 1]
-            if pos[0] == 1:
-                break
-            pos = np.unique(pos // 2)
-
-    def get(self, idx: np.ndarray) -> np.ndarray:
-        return self.tree[idx + self.leaves]
-
-    def total(self) -> float:
-        return float(self.tree[1])
-
-    def find(self, mass: np.ndarray) -> np.ndarray:
-        pos = np.ones(len(mass), dtype=np.int64)
-        while pos[0] < self.leaves:
-            left = 2 * pos
-            right = mass > self.tree[left]
-            mass = mass - right * self.tree[left]
-            pos = left + right
-        return pos - self.leaves
 
 
 class Replay:
@@ -513,8 +482,9 @@ class PPOClassicSettings:
     clip: float = 0.2
     anneal_clip: bool = True
     clip_value: bool = True
-    """Clip the value update to the initial clip range around the old value (not annealed, as
-    TorchRL's ClipPPOLoss keeps ``clip_value`` apart from the annealed ``clip_epsilon``)."""
+    """Clip the value update to the (annealed) clip range around the old value, as baselines'
+    PPO2 and the recipe (``accelrl.algos.ppo.PPO.update`` anneals TorchRL's ``clip_value`` with
+    ``clip_epsilon``)."""
     epochs: int = 20
     minibatches: int = 1
     gamma: float = 0.98
@@ -562,7 +532,7 @@ def plain_ppo(s: PPOClassicSettings, seed: int) -> dict:
                     v_loss = (v - mb["return"]) ** 2
                     if s.clip_value:
                         v_old = mb["value"]
-                        v_clipped = v_old + (v - v_old).clamp(-s.clip, s.clip)
+                        v_clipped = v_old + (v - v_old).clamp(-clip, clip)
                         v_loss = torch.max(v_loss, (v_clipped - mb["return"]) ** 2)
                     loss = pg + s.value_coef * 0.5 * v_loss.mean()
                     if s.entropy_coef:

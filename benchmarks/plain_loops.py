@@ -433,7 +433,7 @@ class SumTree:
         self.tree = np.zeros(2 * self.leaves)
 
     def set(self, idx: np.ndarray, values: np.ndarray) -> None:
-        pos = idx + self.leaves
+        pos = np.asarray(idx) + self.leaves
         self.tree[pos] = values
         pos = np.unique(pos // 2)
         while pos[0] >= 1:
@@ -441,6 +441,9 @@ class SumTree:
             if pos[0] == 1:
                 break
             pos = np.unique(pos // 2)
+
+    def get(self, idx: np.ndarray) -> np.ndarray:
+        return self.tree[idx + self.leaves]
 
     def total(self) -> float:
         return float(self.tree[1])
