@@ -247,6 +247,6 @@ def test_async_dqn_learns_cartpole(tmp_path, capsys):
     summary = dqn_atari.train(cfg)
     with capsys.disabled():
         print(f"\n  async dqn seed 0: last-100 {summary['mean_return_100']:.1f}")
-    # Random play is ~22.
+    # Random play is ~22; seed 0 reached 256 (session 4).
     assert first_episodes_mean(run) < 60
-    assert summary["mean_return_100"] >= 150, summary
+    assert summary["mean_return_100"] >= 200, summary
