@@ -210,11 +210,21 @@ def test_dqn_learns_cartpole_as_well_as_the_plain_loop(tmp_path, capsys):
     assert len(solved) >= 2, {s: r["eval/greedy_return"] for s, r in results.items()}
 
 
-VARIANTS = ["double-dueling", "nstep-prioritized", "c51", "rainbow"]
+VARIANTS = {
+    # algo: minimum last-100 at 50k steps, seed 0. Measured (plain loop / accelrl, session 4):
+    # double+dueling 93 / 95: with these settings double Q-learning does not reach 200 in the
+    # plain loop either (double alone 56, dueling alone 186, double+dueling+3-step 173), so its
+    # bar is set from the parity run, far above random play (~22) and a broken learner;
+    "double-dueling": 70,
+    # 3-step + prioritized 405 / 401; C51 on [0, 100] 350 / 398; rainbow (all five) 453 / 444.
+    "nstep-prioritized": 200,
+    "c51": 200,
+    "rainbow": 200,
+}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", VARIANTS)
+@pytest.mark.parametrize("algo", list(VARIANTS))
 def test_dqn_variants_learn_cartpole(tmp_path, algo, capsys):
     """Each variant with the RL-zoo settings at 50k steps, seed 0 (settings and the plain
     loop's figures: README "Does it learn?")."""
@@ -224,4 +234,4 @@ def test_dqn_variants_learn_cartpole(tmp_path, algo, capsys):
               f"greedy {r['eval/greedy_return']:.1f}")  # fmt: skip
     # Returns rise from the random policy's ~22 (first 100 episodes) to the threshold.
     assert r["first_100"] < 60
-    assert r["mean_return_100"] >= 200, r
+    assert r["mean_return_100"] >= VARIANTS[algo], r
