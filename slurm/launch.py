@@ -26,6 +26,7 @@ import importlib.util
 import json
 import re
 import shutil
+import subprocess
 import sys
 import typing
 from dataclasses import dataclass, field
@@ -114,7 +115,11 @@ def parse_args(argv: list[str]) -> LaunchOptions:
         type=int,
         help="processes (ranks) per node (default: one per GPU, 1 for CPU jobs)",
     )
-    p.add_argument("--cpus-per-task", type=int, help="CPUs per task (default: the cluster's)")
+    p.add_argument(
+        "--cpus-per-task",
+        type=int,
+        help="CPUs per task (default: the partition's CPUs per node / tasks per node, from sinfo)",
+    )
     p.add_argument("--mem-gb", type=float, help="memory per node in GB (default: the cluster's)")
     p.add_argument("--partition", help="SLURM partition")
     p.add_argument("--account", help="SLURM account")
@@ -351,6 +356,43 @@ def wait(jobs: list[submitit.Job]) -> int:
     return 1 if failed else 0
 
 
+def partition_cpus(partition: str | None) -> tuple[str, int] | None:
+    """(partition, CPUs per node) from ``sinfo``: the given partition or the default one (the
+    fewest CPUs when its nodes differ); None without sinfo or an answer."""
+    if shutil.which("sinfo") is None:
+        return None
+    cmd = ["sinfo", "-h", "-o", "%P %c"] + (["-p", partition] if partition else [])
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=15).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    rows = [line.split() for line in out.splitlines() if len(line.split()) == 2]
+    if not partition:
+        rows = [r for r in rows if r[0].endswith("*")] or rows
+    cpus = [int(c.rstrip("+")) for _, c in rows if c.rstrip("+").isdigit()]
+    if not cpus:
+        return None
+    return rows[0][0].rstrip("*"), min(cpus)
+
+
+def default_cpus_per_task(opts: LaunchOptions) -> None:
+    """Without ``--cpus-per-task``, give each task its share of a node's cores (a cluster
+    whose default is one CPU per task would otherwise run every rank's learner and simulators
+    on one core, silently) and say so on stderr."""
+    if opts.cpus_per_task is not None or opts.local:
+        return
+    found = partition_cpus(opts.partition)
+    if found is None:
+        if not opts.dry_run:
+            print(f"{PROG}: note: sinfo gave no CPU count; --cpus-per-task left to the "
+                  "cluster's default", file=sys.stderr)  # fmt: skip
+        return
+    name, cpus = found
+    opts.cpus_per_task = max(1, cpus // opts.ntasks_per_node)
+    print(f"{PROG}: --cpus-per-task {opts.cpus_per_task} (partition {name}: {cpus} CPUs per "
+          f"node / {opts.ntasks_per_node} tasks per node)", file=sys.stderr)  # fmt: skip
+
+
 def prepare(opts: LaunchOptions) -> list[PlannedRun]:
     """Every check, then the runs to submit; raises ``LaunchError`` and submits nothing."""
     check_options(opts)
@@ -366,6 +408,7 @@ def prepare(opts: LaunchOptions) -> list[PlannedRun]:
     if not opts.local and opts.gpus_per_node == 0 and any(uses_cuda(r.cfg) for r in runs):
         raise LaunchError("the recipe flags ask for a CUDA device but --gpus-per-node is 0")
     check_target(opts)
+    default_cpus_per_task(opts)  # last: a refused launch prints its one error line only
     return runs
 
 

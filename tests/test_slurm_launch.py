@@ -391,3 +391,29 @@ def test_job_past_its_time_limit_checkpoints_requeues_and_ends_with_exact_frames
     metrics = Path(run.cfg.run_dir) / "metrics.csv"
     frames = [int(row.split(",")[0]) for row in metrics.read_text().splitlines()[1:]]
     assert frames == list(range(batch, total + 1, batch))
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("tasks,cpus", [("1", "2"), ("2", "1")])
+def test_cpus_per_task_defaults_to_the_partitions_share(tasks, cpus, in_tmp, capsys):
+    # The local cluster's nodes have 2 CPUs each: 1 task gets both, 2 tasks one each.
+    code, out, err = launch(
+        capsys, "recipes.ppo_atari", "--tasks-per-node", tasks, "--dry-run", "--", *TINY
+    )
+    assert code == 0, err
+    assert sbatch_lines(out)["cpus-per-task"] == cpus
+    assert f"--cpus-per-task {cpus} (partition debug: 2 CPUs per node / {tasks} tasks" in err
+    # Given explicitly, the flag wins and nothing is looked up.
+    code, out, err = launch(
+        capsys, "recipes.ppo_atari", "--cpus-per-task", "3", "--dry-run", "--", *TINY
+    )
+    assert sbatch_lines(out)["cpus-per-task"] == "3" and "partition" not in err
+
+
+def test_without_sinfo_the_cluster_default_stays(in_tmp, capsys, monkeypatch):
+    import slurm.launch as launcher
+
+    real = launcher.shutil.which
+    monkeypatch.setattr(launcher.shutil, "which", lambda n: None if n == "sinfo" else real(n))
+    code, out, err = launch(capsys, "recipes.ppo_atari", "--dry-run", "--", *TINY)
+    assert code == 0 and "cpus-per-task" not in sbatch_lines(out), out
