@@ -106,6 +106,7 @@ def test_signal_writes_a_checkpoint_and_exits_then_resume_finishes(tmp_path, sig
         env={**os.environ},
     )
     assert done.returncode == 0, done.stderr[-2000:]
+    assert f"resumed from {ckpts[-1]} at {frames} frames" in done.stderr, done.stderr[-2000:]
     assert summaries(done.stdout)[-1]["frames"] == frames + 640
     frames_col = [int(r.split(",")[0]) for r in metrics.read_text().splitlines()[1:]]
     assert frames_col == list(range(64, frames + 640 + 1, 64)), "no duplicated or missing rows"
