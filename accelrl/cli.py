@@ -6,6 +6,7 @@ import contextlib
 import faulthandler
 import io
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
@@ -61,8 +62,22 @@ def run_recipe(
         # SIGTERM / SIGUSR2: the checkpoint is written; exit as the signal would (128 + n).
         print(f"accelrl: {stop}", file=sys.stderr)
         raise SystemExit(128 + stop.signum) from None
-    print(json.dumps(summary))
+    print_line(json.dumps(summary))
     return summary
+
+
+def print_line(text: str) -> None:
+    """Print one line in a single write: the ranks of a torchrun job share one stdout pipe and
+    finish at the same moment (they leave through a barrier), and ``print`` writes the text and
+    its newline separately, so two summaries could interleave (seen: ``{...}{...}\n\n``).
+    A pipe write up to PIPE_BUF (4 KiB) bytes is atomic."""
+    sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):  # a captured, in-memory stdout
+        print(text)
+        return
+    os.write(fd, (text + "\n").encode())
 
 
 class FlagError(ValueError):

@@ -220,6 +220,16 @@ def check_in_sync(params: list[torch.nn.Parameter]) -> None:
         raise RuntimeError(f"rank {dist.get_rank()}: weights differ across ranks after a step")
 
 
+def finish_together() -> None:
+    """Wait until every rank has finished its run (a barrier), so that no rank tears its
+    process group down while another still talks to it. Called at the end of a successful run
+    only: on an error path a barrier would pair with another rank's pending collective."""
+    if not active():
+        return
+    with _collective("the end-of-run barrier"):
+        dist.barrier()
+
+
 def _collective_device() -> torch.device:
     if dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())

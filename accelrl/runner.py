@@ -522,6 +522,7 @@ class Run:
         if self.dist.is_main:
             (self.dir / "summary.json").write_text(json.dumps(summary, indent=2))
         self.logger.close()
+        distributed.finish_together()
         return summary
 
 
