@@ -1,5 +1,10 @@
 """Crash-safe checkpoints: atomic writes, keep-last-K retention, corrupt-file fallback, RNG state.
 
+Checkpoints hold only tensors, plain containers, strings and numbers, and are read with
+``torch.load(weights_only=True)``: a shared checkpoint cannot run code when it is loaded. A file
+that needs full unpickling (one written before this rule, or a crafted one) is refused with
+``UnsafeCheckpoint`` unless the caller passes ``trust=True`` (``--trust-checkpoint``).
+
 Checkpoints live in ``run_dir/checkpoints/ckpt_{frames:012d}.pt``. A checkpoint is either the
 complete old file or the complete new one, never a mix: it is written to a temp file in the same
 folder, fsynced, renamed over the final name and the folder is fsynced. Only one process (rank 0)
@@ -10,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import random
 import re
 import tempfile
@@ -28,6 +34,10 @@ _TMP_SUFFIX = ".tmp"
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written; the message names the file and the cause."""
+
+
+class UnsafeCheckpoint(CheckpointError):
+    """A checkpoint holds Python objects that only a full unpickle (which can run code) reads."""
 
 
 def _ckpt_dir(run_dir: str | Path) -> Path:
@@ -115,18 +125,44 @@ def _indexed(folder: Path) -> list[tuple[int, Path]]:
     return sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name)))
 
 
+def load_checkpoint(
+    path: str | Path, *, map_location: str | torch.device = "cpu", trust: bool = False
+) -> Any:
+    """``torch.load`` with ``weights_only=True`` unless ``trust``; a file that the safe load
+    refuses for holding other Python objects raises ``UnsafeCheckpoint`` (one line, naming the
+    file, the object and ``--trust-checkpoint``) and runs nothing."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=not trust)
+    except pickle.UnpicklingError as e:
+        # A corrupt file fails here too ("Unsupported operand"); only a refused global means
+        # the file is readable but not safe to read.
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        if trust or found is None:
+            raise
+        what = f" ({found.group(1)})"
+        raise UnsafeCheckpoint(
+            f"{path} holds Python objects beyond tensors, containers and numbers{what}; a safe "
+            "load refuses them because unpickling them can run code. If you wrote this file or "
+            "trust its source (e.g. a checkpoint from before accelrl saved RNG states as "
+            "tensors), pass --trust-checkpoint"
+        ) from None
+
+
 def load_latest(
-    run_dir: str | Path, *, map_location: str | torch.device = "cpu"
+    run_dir: str | Path, *, map_location: str | torch.device = "cpu", trust: bool = False
 ) -> tuple[dict, Path] | None:
     """Newest loadable checkpoint as ``(state, path)``; None if there is none.
 
     A truncated or corrupt file (or one that is not a dict with ``"frames"``) is skipped with a
-    ``warnings.warn`` naming the bad file and the one used instead.
+    ``warnings.warn`` naming the bad file and the one used instead. A file that only a full
+    unpickle reads is not skipped: ``UnsafeCheckpoint`` is raised (see ``load_checkpoint``).
     """
     bad: list[str] = []
     for path in reversed(list_checkpoints(run_dir)):
         try:
-            state = torch.load(path, map_location=map_location, weights_only=False)
+            state = load_checkpoint(path, map_location=map_location, trust=trust)
+        except UnsafeCheckpoint:
+            raise
         except Exception as e:
             bad.append(f"{path} ({type(e).__name__}: {e})")
             continue
@@ -146,10 +182,18 @@ def load_latest(
 
 
 def capture_rng() -> dict:
-    """States of Python ``random``, NumPy's global RNG, torch CPU and every CUDA device."""
+    """States of Python ``random``, NumPy's global RNG, torch CPU and every CUDA device, as
+    tensors, tuples and numbers only (so that ``weights_only=True`` reads them back)."""
+    kind, key, pos, has_gauss, cached = np.random.get_state()
     return {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": {
+            "kind": str(kind),
+            "key": torch.from_numpy(np.asarray(key, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }
@@ -162,7 +206,16 @@ def restore_rng(state: dict) -> None:
     still works (with different draws on the missing devices).
     """
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    numpy_state = state["numpy"]
+    if isinstance(numpy_state, dict):
+        numpy_state = (
+            numpy_state["kind"],
+            numpy_state["key"].numpy().astype(np.uint32),
+            numpy_state["pos"],
+            numpy_state["has_gauss"],
+            numpy_state["cached_gaussian"],
+        )
+    np.random.set_state(numpy_state)  # a tuple with an ndarray: checkpoints from before
     torch.set_rng_state(state["torch"].cpu())
     cuda = state.get("cuda")
     if cuda is not None and torch.cuda.is_available():

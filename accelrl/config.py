@@ -146,6 +146,10 @@ class RunConfig:
     """Folder for config, metrics.csv, TensorBoard events and checkpoints (default runs/...)."""
     resume: bool = False
     """Continue the run in --run-dir from its latest checkpoint."""
+    trust_checkpoint: bool = False
+    """Read checkpoints with a full unpickle, which can run code stored in the file: only for
+    files you trust that the default safe load (tensors, containers, numbers) refuses, such as
+    checkpoints written by accelrl before RNG states were saved as tensors."""
     on_nonfinite: Literal["stop", "skip"] = "stop"
     """A NaN/Inf loss or gradient: stop the run (the last checkpoint stays the latest) or skip
     that step and count it (train/skipped_steps)."""

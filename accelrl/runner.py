@@ -32,6 +32,7 @@ from accelrl.algos.common import NonFiniteError, nonfinite
 from accelrl.checkpoint import (
     capture_rng,
     list_checkpoints,
+    UnsafeCheckpoint,
     load_latest,
     restore_rng,
     save_checkpoint,
@@ -263,7 +264,12 @@ class Run:
         self.components = components
         start = 0
         if self.cfg.resume:
-            found = load_latest(self.dir, map_location=self.device)
+            try:
+                found = load_latest(
+                    self.dir, map_location=self.device, trust=self.cfg.trust_checkpoint
+                )
+            except UnsafeCheckpoint as err:
+                raise ConfigError("trust_checkpoint", False, str(err)) from None
             if found is None:
                 raise ConfigError("resume", True, f"no loadable checkpoint in {self.dir}")
             state, path = found
