@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+
+C = TypeVar("C")
 
 
 class ConfigError(ValueError):
@@ -327,7 +330,30 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+def from_dict(cls: type[C], data: dict[str, Any]) -> C:
+    """Rebuild a config dataclass from ``to_dict``'s output (e.g. a run's config.json):
+    nested sections become their dataclasses, lists become tuples where the default is one,
+    keys the class does not know are ignored and missing ones keep their defaults."""
+    hints = typing.get_type_hints(cls)
+    default = cls()
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        current = getattr(default, f.name)
+        if dataclasses.is_dataclass(current) and isinstance(value, dict):
+            value = from_dict(type(current), value)
+        elif isinstance(current, tuple) and isinstance(value, list):
+            value = tuple(value)
+        elif dataclasses.is_dataclass(hints.get(f.name)) and isinstance(value, dict):
+            value = from_dict(hints[f.name], value)
+        values[f.name] = value
+    return cls(**values)
+
+
 __all__ = [
+    "from_dict",
     "CollectorConfig",
     "ConfigError",
     "DistConfig",

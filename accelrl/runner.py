@@ -30,9 +30,9 @@ from tensordict.nn import TensorDictSequential
 from accelrl import distributed
 from accelrl.algos.common import NonFiniteError, nonfinite
 from accelrl.checkpoint import (
+    UnsafeCheckpoint,
     capture_rng,
     list_checkpoints,
-    UnsafeCheckpoint,
     load_latest,
     restore_rng,
     save_checkpoint,

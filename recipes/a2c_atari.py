@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from accelrl.algos.a2c import A2C, A2CConfig, validate_a2c
 from accelrl.cli import run_recipe
 from accelrl.config import (
@@ -41,13 +43,19 @@ def validate(cfg: Config) -> None:
     require_whole_trajectories(cfg.env, "A2C")
 
 
+def make_agent(cfg: Config, env_spec: dict, device: torch.device) -> A2C:
+    """The actor-critic (one Nature CNN shared by both heads on frames, two MLPs on vector
+    inputs) and its A2C learner; ``accelrl.play`` rebuilds a trained agent with it."""
+    model = make_actor_critic(**env_spec, mlp_hidden=cfg.model.mlp_hidden).to(device)
+    return A2C(model, cfg.a2c, device)
+
+
 def train(cfg: Config) -> dict:
     """Train A2C; returns final frames, updates, episodes, mean return of the last 100, frames/s."""
     validate(cfg)
     run = Run(cfg, algo="a2c")
 
-    model = make_actor_critic(**run.env_spec, mlp_hidden=cfg.model.mlp_hidden).to(run.device)
-    a2c = A2C(model, cfg.a2c, run.device)
+    a2c = make_agent(cfg, run.env_spec, run.device)
     run.attach(policy=a2c.actor, a2c=a2c)
 
     # Each iteration: every simulator steps T times with the current policy (one batched forward

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from accelrl.algos.ppo import PPO, APPOConfig, validate_ppo
 from accelrl.cli import run_recipe
 from accelrl.config import CollectorConfig, RunConfig, require_whole_trajectories, validate_common
@@ -41,13 +43,19 @@ def validate(cfg: Config) -> None:
     require_whole_trajectories(cfg.env, "APPO")
 
 
+def make_agent(cfg: Config, env_spec: dict, device: torch.device) -> PPO:
+    """The actor-critic (one Nature CNN shared by both heads on frames, two MLPs on vector
+    inputs) and its APPO learner; ``accelrl.play`` rebuilds a trained agent with it."""
+    model = make_actor_critic(**env_spec, mlp_hidden=cfg.model.mlp_hidden).to(device)
+    return PPO(model, cfg.appo, device)
+
+
 def train(cfg: Config) -> dict:
     """Train APPO; returns frames, updates, episodes, mean return of the last 100, frames/s."""
     validate(cfg)
     run = Run(cfg, algo="appo")
 
-    model = make_actor_critic(**run.env_spec, mlp_hidden=cfg.model.mlp_hidden).to(run.device)
-    appo = PPO(model, cfg.appo, run.device)
+    appo = make_agent(cfg, run.env_spec, run.device)
     run.attach(policy=appo.actor, appo=appo)
 
     # Each iteration: take the next batch any worker finished (acted by weights up to

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import torch
+
 from accelrl.algos.dqn import DQN, DQNConfig, apply_preset, preset_num_envs, validate_dqn
 from accelrl.async_replay import ReplayFeeder, SyncReplay
 from accelrl.cli import run_recipe
@@ -64,6 +66,19 @@ def validate(cfg: Config) -> None:
         )
 
 
+def make_agent(cfg: Config, env_spec: dict, device: torch.device) -> DQN:
+    """The Q-network (Nature CNN or MLP trunk; dueling and C51 heads as configured), its target
+    and the DQN loss; ``accelrl.play`` rebuilds a trained agent with it. Pass a resolved config."""
+    return DQN(
+        cfg.dqn,
+        obs_key=env_spec["obs_key"],
+        obs_shape=env_spec["obs_shape"],
+        num_actions=env_spec["num_actions"],
+        device=device,
+        mlp_hidden=cfg.model.mlp_hidden,
+    )
+
+
 def train(cfg: Config) -> dict:
     """Train a DQN-family agent; returns final frames, episodes, mean return of the last 100."""
     validate(cfg)
@@ -71,14 +86,7 @@ def train(cfg: Config) -> dict:
     run = Run(cfg, algo="dqn")
 
     spec = run.env_spec
-    dqn = DQN(
-        cfg.dqn,
-        obs_key=spec["obs_key"],
-        obs_shape=spec["obs_shape"],
-        num_actions=spec["num_actions"],
-        device=run.device,
-        mlp_hidden=cfg.model.mlp_hidden,
-    )
+    dqn = make_agent(cfg, spec, run.device)
     # Frames are stored once per step; stacks and n-step targets are rebuilt when sampled.
     replay = FrameReplay(
         ReplayConfig(

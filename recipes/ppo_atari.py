@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from accelrl.algos.ppo import PPO, PPOConfig, validate_ppo
 from accelrl.cli import run_recipe
 from accelrl.config import (
@@ -41,14 +43,19 @@ def validate(cfg: Config) -> None:
     require_whole_trajectories(cfg.env, "PPO")
 
 
+def make_agent(cfg: Config, env_spec: dict, device: torch.device) -> PPO:
+    """The actor-critic (one Nature CNN shared by both heads on frames, two MLPs on vector
+    inputs) and its PPO learner; ``accelrl.play`` rebuilds a trained agent with it."""
+    model = make_actor_critic(**env_spec, mlp_hidden=cfg.model.mlp_hidden).to(device)
+    return PPO(model, cfg.ppo, device)
+
+
 def train(cfg: Config) -> dict:
     """Train PPO; returns final frames, updates, episodes, mean return of the last 100, frames/s."""
     validate(cfg)
     run = Run(cfg, algo="ppo")
 
-    # Actor-critic: one Nature CNN shared by both heads on frames, two MLPs on vector inputs.
-    model = make_actor_critic(**run.env_spec, mlp_hidden=cfg.model.mlp_hidden).to(run.device)
-    ppo = PPO(model, cfg.ppo, run.device)
+    ppo = make_agent(cfg, run.env_spec, run.device)
     run.attach(policy=ppo.actor, ppo=ppo)
 
     # Each iteration: every simulator steps T times with the current policy (one batched forward

@@ -184,8 +184,20 @@ class ActorCriticLearner:
         self.estimator.set_keys(done="gae_done", terminated="gae_terminated")
 
     def state_dict(self) -> dict:
-        return {"loss": self.loss.state_dict(), "optimizer": self.optimizer.state_dict()}
+        # The whole actor-critic: the loss holds only the heads, not the shared trunk (the
+        # Nature CNN on frames), which checkpoints before this missed.
+        return {
+            "model": self.policy.state_dict(),
+            "loss": self.loss.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
+        if "model" not in state:
+            raise ValueError(
+                "the checkpoint has no 'model' entry: it was written before accelrl saved the "
+                "shared trunk (the CNN), so its trained weights are incomplete"
+            )
+        self.policy.load_state_dict(state["model"])
         self.loss.load_state_dict(state["loss"])
         self.optimizer.load_state_dict(state["optimizer"])

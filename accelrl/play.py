@@ -1,0 +1,236 @@
+"""Watch a trained agent: play evaluation episodes from a run folder, optionally into an MP4.
+
+    python -m accelrl.play runs/ppo_Breakout_... --episodes 10
+    python -m accelrl.play RUN_DIR --video breakout.mp4 --episodes 1
+    python -m accelrl.play RUN_DIR --checkpoint RUN_DIR/checkpoints/ckpt_000002000000.pt
+
+The run's recipe and settings come from its ``config.json``; the agent is rebuilt with the
+recipe's ``make_agent`` and loaded from the newest good checkpoint (or ``--checkpoint``), with the
+same safe load as ``--resume`` (``--trust-checkpoint`` for files a safe load refuses).
+
+Atari episodes follow the usual evaluation protocol, with the run's env settings: whole games
+(a lost life does not end an episode), the unclipped game score, the episode cap of
+``--env.max-episode-frames`` (108k emulator frames by default), random no-op starts and sticky
+actions as configured. Episodes are played one after another by one simulator, the
+``gym`` backend's ``AtariWorkerEnv``, whose preprocessing matches ``ale_vec`` frame for frame and
+which exposes the full-size RGB screen for the video. The agent acts greedily (its most likely
+action, or the highest Q-value); ``--epsilon 0.001`` takes a random action that often, as DQN
+papers evaluate; ``--sample`` samples an actor-critic's policy instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import random
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import torch
+import tyro
+from tensordict.nn import InteractionType, set_interaction_type
+from torchrl.envs.utils import step_mdp
+
+from accelrl.checkpoint import CheckpointError, load_checkpoint, load_latest
+from accelrl.config import check_device, from_dict, resolve_device
+
+RECIPES = {
+    "ppo": "recipes.ppo_atari",
+    "a2c": "recipes.a2c_atari",
+    "appo": "recipes.appo_atari",
+    "dqn": "recipes.dqn_atari",
+}
+
+
+@dataclass
+class PlayConfig:
+    """Play a trained agent's episodes and print their scores."""
+
+    run_dir: Annotated[str, tyro.conf.Positional]
+    """Run folder written by a recipe (holds config.json and checkpoints/)."""
+    checkpoint: str | None = None
+    """Checkpoint file to load (default: the newest loadable one in RUN_DIR/checkpoints)."""
+    episodes: int = 10
+    """Episodes to play, one after another."""
+    video: str | None = None
+    """Write the first --video-episodes episodes, full-size RGB, to this MP4 (Atari only)."""
+    video_episodes: int = 1
+    """How many of the played episodes go into the video."""
+    epsilon: float = 0.0
+    """Probability of a uniformly random action at each step (0: greedy)."""
+    sample: bool = False
+    """Actor-critic agents: sample actions from the policy instead of taking the most likely."""
+    device: str = "cpu"
+    """Where the network runs: cpu, cuda, cuda:N or auto."""
+    seed: int = 0
+    """Seeds the simulator (no-op starts, sticky actions) and the random actions."""
+    trust_checkpoint: bool = False
+    """Read a checkpoint that the safe load refuses (it can run code stored in the file)."""
+
+
+class PlayError(ValueError):
+    """Something in the play request cannot work; the message says what and the fix."""
+
+
+def load_agent(cfg: PlayConfig) -> tuple[Any, Any, torch.nn.Module, Path, torch.device]:
+    """(recipe module, run config, acting policy, checkpoint path, device) of ``cfg.run_dir``."""
+    run_dir = Path(cfg.run_dir)
+    config_path = run_dir / "config.json"
+    if not config_path.is_file():
+        raise PlayError(f"{run_dir} has no config.json: not a run folder written by a recipe")
+    saved = json.loads(config_path.read_text())
+    algo = saved.get("algo")
+    if algo not in RECIPES:
+        raise PlayError(f"{config_path} names algo {algo!r}; play knows {sorted(RECIPES)}")
+    recipe = importlib.import_module(RECIPES[algo])
+    run_cfg = from_dict(recipe.Config, saved["config"])
+    device_name = resolve_device(cfg.device)
+    try:
+        check_device("device", device_name)
+    except ValueError as err:
+        raise PlayError(str(err)) from None
+    device = torch.device(device_name)
+    if cfg.checkpoint is not None:
+        path = Path(cfg.checkpoint)
+        if not path.is_file():
+            raise PlayError(f"--checkpoint {path} does not exist")
+        state = load_checkpoint(path, map_location=device, trust=cfg.trust_checkpoint)
+    else:
+        found = load_latest(run_dir, map_location=device, trust=cfg.trust_checkpoint)
+        if found is None:
+            raise PlayError(
+                f"{run_dir} has no loadable checkpoint (checkpoints/ckpt_*.pt): a run writes one "
+                "every --log.checkpoint-every-frames and at its end; or pass --checkpoint FILE"
+            )
+        state, path = found
+    if not isinstance(state, dict) or algo not in state.get("components", {}):
+        raise PlayError(f"{path} is not a {algo!r} checkpoint of this run")
+    from accelrl.runner import describe_env
+
+    agent = recipe.make_agent(run_cfg, describe_env(run_cfg.env), device)
+    agent.load_state_dict(state["components"][algo])
+    # Actor-critics act with their actor; the DQN family with its greedy Q-value actor.
+    policy = agent.actor if hasattr(agent, "actor") else agent.greedy
+    policy.eval()
+    return recipe, run_cfg, policy, path, device
+
+
+class VideoWriter:
+    """MP4 (H.264, yuv420p) through imageio-ffmpeg's bundled ffmpeg; written to a temp file and
+    renamed when closed, so the path holds a whole video or nothing."""
+
+    def __init__(self, path: str, fps: float) -> None:
+        self.path, self.fps = Path(path), fps
+        self.tmp = self.path.with_name(f".{self.path.stem}.tmp{self.path.suffix}")
+        self._writer = None
+        self.frames = 0
+
+    def add(self, rgb) -> None:
+        if self._writer is None:
+            import imageio_ffmpeg
+
+            height, width = rgb.shape[:2]
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = imageio_ffmpeg.write_frames(
+                str(self.tmp), (width, height), fps=self.fps, macro_block_size=2, quality=7
+            )
+            self._writer.send(None)
+        self._writer.send(rgb.tobytes())
+        self.frames += 1
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            os.replace(self.tmp, self.path)
+
+
+@torch.no_grad()
+def play(cfg: PlayConfig) -> dict[str, Any]:
+    """Play ``cfg.episodes`` episodes; prints one line each and the mean; returns the scores."""
+    if cfg.episodes < 1:
+        raise PlayError(f"--episodes {cfg.episodes}: play at least 1")
+    if not 0.0 <= cfg.epsilon <= 1.0:
+        raise PlayError(f"--epsilon {cfg.epsilon}: a probability in [0, 1]")
+    _, run_cfg, policy, path, device = load_agent(cfg)
+    from accelrl.envs import is_atari, make_env
+
+    atari = is_atari(run_cfg.env.game)
+    if cfg.video and not atari:
+        raise PlayError(f"--video records Atari screens; {run_cfg.env.game} is not an Atari game")
+    if atari:
+        from accelrl.envs.gym_atari import AtariWorkerEnv
+
+        env = AtariWorkerEnv(run_cfg.env, seed=cfg.seed)
+        screen = env._ale.getScreenRGB  # the emulator's last frame of each agent step
+    else:
+        env = make_env(replace(run_cfg.env, num_envs=1, async_batch_size=0), seed=cfg.seed)
+        screen = None
+    unbatched = env.batch_size == torch.Size([])
+    rng = random.Random(cfg.seed)
+    num_actions = int(env.action_spec.space.n)
+    video = VideoWriter(cfg.video, fps=60.0 / run_cfg.env.frameskip) if cfg.video else None
+    mode = "sampled" if cfg.sample else "greedy"
+    if cfg.epsilon > 0:
+        mode += f", epsilon {cfg.epsilon:g}"
+    print(f"playing {cfg.episodes} episode(s) of {run_cfg.env.game} ({mode}) from {path}")
+    scores: list[float] = []
+    lengths: list[int] = []
+    interaction = InteractionType.RANDOM if cfg.sample else InteractionType.DETERMINISTIC
+    try:
+        with set_interaction_type(interaction):
+            for episode in range(cfg.episodes):
+                record = video is not None and episode < cfg.video_episodes
+                td = env.reset()
+                if record:
+                    video.add(screen())
+                while True:
+                    batch = td.unsqueeze(0) if unbatched else td
+                    action = policy(batch.to(device)).get("action").cpu()
+                    if cfg.epsilon > 0 and rng.random() < cfg.epsilon:
+                        action = torch.full_like(action, rng.randrange(num_actions))
+                    td.set("action", action.squeeze(0) if unbatched else action)
+                    td = env.step(td)
+                    if record:
+                        video.add(screen())
+                    nxt = td.get("next")
+                    if bool(nxt.get("done").any()):
+                        score = float(nxt.get("episode_return").reshape(-1)[0])
+                        steps = int(nxt.get("episode_length").reshape(-1)[0])
+                        scores.append(score)
+                        lengths.append(steps)
+                        frames = steps * (run_cfg.env.frameskip if atari else 1)
+                        ended = "cap" if bool(nxt.get("truncated").any()) else "game over"
+                        print(
+                            f"episode {episode + 1}: score {score:g}, {steps} steps "
+                            f"({frames:,} frames, {ended})",
+                            flush=True,
+                        )
+                        break
+                    td = step_mdp(td)
+    finally:
+        env.close()
+        if video is not None:
+            video.close()
+    mean = sum(scores) / len(scores)
+    std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    print(f"mean score {mean:g} +- {std:.3g} (std) over {len(scores)} episode(s)")
+    if video is not None:
+        print(f"video: {video.path} ({video.frames} frames at {video.fps:g} fps)")
+    return {"scores": scores, "lengths": lengths, "checkpoint": str(path)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    cfg = tyro.cli(PlayConfig, args=sys.argv[1:] if argv is None else argv, description=__doc__)
+    try:
+        play(cfg)
+    except (PlayError, CheckpointError) as err:
+        print(f"accelrl.play: error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()
