@@ -76,8 +76,23 @@ class PlayError(ValueError):
     """Something in the play request cannot work; the message says what and the fix."""
 
 
-def load_agent(cfg: PlayConfig) -> tuple[Any, Any, torch.nn.Module, Path, torch.device]:
-    """(recipe module, run config, acting policy, checkpoint path, device) of ``cfg.run_dir``."""
+@dataclass
+class LoadedAgent:
+    """A trained agent rebuilt from its run folder."""
+
+    run_cfg: Any
+    """The run's recipe ``Config``, from config.json."""
+    agent: Any
+    """The recipe's learner (``make_agent``) with the checkpoint's state loaded."""
+    policy: torch.nn.Module
+    """What acts: the actor (actor-critics) or the greedy Q-value actor (DQN family)."""
+    checkpoint: Path
+    device: torch.device
+
+
+def load_agent(cfg: PlayConfig) -> LoadedAgent:
+    """Rebuild the agent of ``cfg.run_dir`` and load its checkpoint (safely, see
+    ``accelrl.checkpoint``); raises ``PlayError`` or ``CheckpointError`` with one line."""
     run_dir = Path(cfg.run_dir)
     config_path = run_dir / "config.json"
     if not config_path.is_file():
@@ -116,7 +131,7 @@ def load_agent(cfg: PlayConfig) -> tuple[Any, Any, torch.nn.Module, Path, torch.
     # Actor-critics act with their actor; the DQN family with its greedy Q-value actor.
     policy = agent.actor if hasattr(agent, "actor") else agent.greedy
     policy.eval()
-    return recipe, run_cfg, policy, path, device
+    return LoadedAgent(run_cfg, agent, policy, path, device)
 
 
 class VideoWriter:
@@ -155,7 +170,8 @@ def play(cfg: PlayConfig) -> dict[str, Any]:
         raise PlayError(f"--episodes {cfg.episodes}: play at least 1")
     if not 0.0 <= cfg.epsilon <= 1.0:
         raise PlayError(f"--epsilon {cfg.epsilon}: a probability in [0, 1]")
-    _, run_cfg, policy, path, device = load_agent(cfg)
+    loaded = load_agent(cfg)
+    run_cfg, policy, path, device = loaded.run_cfg, loaded.policy, loaded.checkpoint, loaded.device
     from accelrl.envs import is_atari, make_env
 
     atari = is_atari(run_cfg.env.game)
@@ -223,13 +239,19 @@ def play(cfg: PlayConfig) -> dict[str, Any]:
     return {"scores": scores, "lengths": lengths, "checkpoint": str(path)}
 
 
-def main(argv: list[str] | None = None) -> None:
-    cfg = tyro.cli(PlayConfig, args=sys.argv[1:] if argv is None else argv, description=__doc__)
+def run_tool(name: str, config_cls: type, action, argv: list[str] | None, doc: str) -> None:
+    """Parse ``argv`` into ``config_cls`` and run ``action``; a ``PlayError`` or
+    ``CheckpointError`` becomes one line ``NAME: error: ...`` and exit code 2."""
+    cfg = tyro.cli(config_cls, args=sys.argv[1:] if argv is None else argv, description=doc)
     try:
-        play(cfg)
+        action(cfg)
     except (PlayError, CheckpointError) as err:
-        print(f"accelrl.play: error: {err}", file=sys.stderr)
+        print(f"{name}: error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_tool("accelrl.play", PlayConfig, play, argv, __doc__)
 
 
 if __name__ == "__main__":

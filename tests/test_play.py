@@ -61,7 +61,8 @@ def test_play_writes_a_video_of_the_first_episode(pong_run, tmp_path):
 def test_play_acts_with_the_checkpoint_weights(pong_run):
     from accelrl.models import make_actor_critic
 
-    _, _, policy, path, _ = load_agent(PlayConfig(run_dir=str(pong_run)))
+    loaded = load_agent(PlayConfig(run_dir=str(pong_run)))
+    policy, path = loaded.policy, loaded.checkpoint
     state, newest = load_latest(pong_run)
     assert path == newest
     trained = make_actor_critic("pixels", (4, 84, 84), 6)

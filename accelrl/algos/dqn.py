@@ -190,12 +190,17 @@ class DQN:
             atoms=cfg.atoms if cfg.distributional else 1,
             mlp_hidden=mlp_hidden,
         ).to(device)
+        self.q_network = net  # a plain module: frames or observations in, Q-values out
+        self.support = (
+            torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms, device=device)
+            if cfg.distributional
+            else None
+        )
         # TorchRL would wrap ``net`` in a TensorDictModule; ours writes its output directly.
         q_module = DirectTensorDictModule(net, in_keys=[obs_key], out_keys=["action_value"])
         if cfg.distributional:
-            support = torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms, device=device)
             self.greedy = DistributionalQValueActor(
-                q_module, spec=spec, support=support, action_space="categorical"
+                q_module, spec=spec, support=self.support, action_space="categorical"
             )
             self.loss = DistributionalDQNLoss(
                 self.greedy, gamma=cfg.gamma, delay_value=True, reduction="none"

@@ -1,0 +1,136 @@
+"""Export a run's greedy policy as a standalone model: observations in, actions out.
+
+    python -m accelrl.export RUN_DIR policy.pt2     # torch.export program (torch.export.load)
+    python -m accelrl.export RUN_DIR policy.onnx    # ONNX (needs onnx and onnxscript)
+
+The exported model takes a batch of observations as the env writes them (``uint8`` frames
+``[B, 4, 84, 84]`` for Atari, ``float32`` ``[B, obs_dim]`` otherwise; any batch size) and returns
+``int64`` actions ``[B]``: the actor's most likely action, or the action with the highest
+(expected, for C51) Q-value. The agent is loaded as ``accelrl.play`` loads it (config.json,
+newest good checkpoint or ``--checkpoint``, safe load).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import torch
+import tyro
+from torch import nn
+
+from accelrl.play import PlayConfig, PlayError, load_agent, run_tool
+
+
+class GreedyActorCritic(nn.Module):
+    """Trunk, policy head, argmax of the logits."""
+
+    def __init__(self, trunk: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.trunk, self.head = trunk, head
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.trunk(obs)).argmax(-1)
+
+
+class GreedyQ(nn.Module):
+    """Q-network, argmax of the Q-values (of their expectation over C51's support)."""
+
+    def __init__(self, q_network: nn.Module, support: torch.Tensor | None) -> None:
+        super().__init__()
+        self.q_network = q_network
+        self.register_buffer("support", support)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        q = self.q_network(obs)
+        if self.support is not None:  # [B, atoms, actions] logits
+            q = (q.softmax(-2) * self.support.unsqueeze(-1)).sum(-2)
+        return q.argmax(-1)
+
+
+def greedy_module(agent: Any) -> nn.Module:
+    """A plain ``nn.Module`` (tensor in, actions out) with the agent's weights (shared, not
+    copied)."""
+    if hasattr(agent, "q_network"):
+        return GreedyQ(agent.q_network, agent.support).eval()
+    # Actor-critic: the trunk's and the policy head's plain modules, without TensorDicts.
+    model = agent.policy
+    trunk = model.get_policy_operator().module[0].module
+    head = model.get_policy_head().module[0].module
+    return GreedyActorCritic(trunk, head).eval()
+
+
+def example_input(run_cfg: Any, batch: int = 2) -> torch.Tensor:
+    from accelrl.runner import describe_env
+
+    spec = describe_env(run_cfg.env)
+    shape = (batch, *spec["obs_shape"])
+    if spec["obs_key"] == "pixels":
+        return torch.randint(0, 256, shape, dtype=torch.uint8)
+    return torch.randn(shape)
+
+
+def save_module(module: nn.Module, example: torch.Tensor, out: Path) -> None:
+    """Write ``module`` (traced on ``example``, any batch size) as .pt2 or .onnx."""
+    batch = torch.export.Dim("batch", min=1, max=1 << 16)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.suffix == ".pt2":
+        program = torch.export.export(module, (example,), dynamic_shapes=({0: batch},))
+        torch.export.save(program, out)
+        return
+    try:
+        import onnxscript  # noqa: F401  (torch's ONNX exporter needs it)
+    except ImportError:
+        raise PlayError(
+            "ONNX export needs onnx and onnxscript: pip install onnx onnxscript "
+            "(or write a .pt2 file)"
+        ) from None
+    torch.onnx.export(
+        module,
+        (example,),
+        str(out),
+        input_names=["obs"],
+        output_names=["action"],
+        dynamic_shapes=({0: batch},),
+        dynamo=True,
+    )
+
+
+@dataclass
+class ExportConfig:
+    """Export the greedy policy of a run to a .pt2 (torch.export) or .onnx file."""
+
+    run_dir: Annotated[str, tyro.conf.Positional]
+    """Run folder written by a recipe."""
+    output: Annotated[str, tyro.conf.Positional]
+    """File to write: NAME.pt2 or NAME.onnx."""
+    checkpoint: str | None = None
+    """Checkpoint file to export (default: the newest loadable one)."""
+    trust_checkpoint: bool = False
+    """Read a checkpoint that the safe load refuses (it can run code stored in the file)."""
+
+
+def export(cfg: ExportConfig) -> Path:
+    """Write the greedy policy to ``cfg.output``; returns the path."""
+    out = Path(cfg.output)
+    if out.suffix not in (".pt2", ".onnx"):
+        raise PlayError(f"{out}: the output must end in .pt2 (torch.export) or .onnx")
+    play_cfg = PlayConfig(
+        run_dir=cfg.run_dir,
+        checkpoint=cfg.checkpoint,
+        trust_checkpoint=cfg.trust_checkpoint,
+        device="cpu",
+    )
+    loaded = load_agent(play_cfg)
+    save_module(greedy_module(loaded.agent), example_input(loaded.run_cfg), out)
+    print(f"exported the greedy policy of {loaded.checkpoint} to {out}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_tool("accelrl.export", ExportConfig, export, argv, __doc__)
+
+
+if __name__ == "__main__":
+    main()
