@@ -35,6 +35,7 @@ from typing import Any
 import submitit
 from submitit.core.utils import FailedJobError
 
+from accelrl.atari_scores import SUITES
 from slurm.job import RecipeJob
 from slurm.plan import LaunchError, PlannedRun, load_recipe, plan_runs, uses_cuda
 
@@ -63,6 +64,7 @@ class LaunchOptions:
     signal_delay_s: int = 120
     max_requeues: int = 3
     sweep: list[str] = field(default_factory=list)
+    suite: str | None = None
     dry_run: bool = False
     local: bool = False
     wait: bool = False
@@ -162,6 +164,13 @@ def parse_args(argv: list[str]) -> LaunchOptions:
         metavar="KEY=V1,V2",
         help="config field and values, repeatable; the cartesian product is one job array "
         "(e.g. --sweep seed=0,1,2 --sweep ppo.lr=1e-4,3e-4)",
+    )
+    p.add_argument(
+        "--suite",
+        choices=sorted(SUITES),
+        default=None,
+        help="sweep env.game over a game suite (atari5, atari10: Aitchison et al.'s predictive "
+        "subsets; atari57: all); combine with --sweep seed=0,1,2 for seeds",
     )
     p.add_argument(
         "--dry-run", action="store_true", help="print the sbatch script and submit nothing"
@@ -398,10 +407,15 @@ def prepare(opts: LaunchOptions) -> list[PlannedRun]:
     check_options(opts)
     recipe = load_recipe(opts.recipe)
     opts.recipe = recipe.__name__
+    sweeps = list(opts.sweep)
+    if opts.suite is not None:
+        if any(spec.split("=", 1)[0].strip() == "env.game" for spec in sweeps):
+            raise LaunchError("--suite sweeps env.game already; drop --sweep env.game=...")
+        sweeps.append("env.game=" + ",".join(SUITES[opts.suite]))
     runs = plan_runs(
         recipe,
         opts.recipe_args,
-        opts.sweep,
+        sweeps,
         runs_here=opts.local,
         prog=f"{PROG} {opts.recipe} --",
     )

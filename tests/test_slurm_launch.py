@@ -79,6 +79,25 @@ def test_dry_run_of_a_sweep_is_one_job_array_with_a_run_dir_per_member(in_tmp, c
     assert any("seed=2-ppo.clip_epsilon=0.2" in d for d in dirs)
 
 
+def test_suite_sweeps_its_games_times_the_seeds(in_tmp, capsys):
+    code, out, err = launch(
+        capsys,
+        *("recipes.ppo_atari", "--suite", "atari5", "--sweep", "seed=0,1"),
+        *("--dry-run", "--", "--total-frames", "1000"),
+    )
+    assert code == 0, err
+    assert sbatch_lines(out)["array"] == "0-9%10"
+    members = [ln.split("[", 1)[1].rstrip("]") for ln in err.splitlines() if ln.startswith("run ")]
+    games = ("battle_zone", "double_dunk", "name_this_game", "phoenix", "qbert")
+    assert sorted(members) == sorted(f"seed={s}-env.game={g}" for s in (0, 1) for g in games)
+    code, _, err = launch(
+        capsys,
+        *("recipes.ppo_atari", "--suite", "atari5", "--sweep", "env.game=Pong,Breakout"),
+        "--dry-run",
+    )
+    assert code == 2 and "--suite sweeps env.game already" in err
+
+
 def test_dry_run_passes_cluster_options_and_extra_sbatch_lines(in_tmp, capsys):
     code, out, err = launch(
         capsys,
