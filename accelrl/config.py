@@ -108,6 +108,13 @@ class LogConfig:
     progress: bool = True
     """Show a progress bar with frames, frames/s, episode return and ETA."""
     tensorboard: bool = True
+    trackers: tuple[Literal["wandb", "mlflow"], ...] = ()
+    """Experiment trackers besides CSV and TensorBoard, through TorchRL's loggers: wandb (set
+    WANDB_MODE=offline to log without network), mlflow (to a SQLite store next to the run
+    folder, runs/mlflow.db by default, or MLFLOW_TRACKING_URI). A resumed or requeued run
+    continues the same tracker run."""
+    project: str = "accelrl"
+    """W&B project / MLflow experiment name."""
     eval_every_frames: int = 0
     """Emulator frames between evaluations (0: only at the end, 0 episodes disables)."""
     eval_episodes: int = 4
@@ -291,6 +298,16 @@ def validate_common(cfg: Any) -> None:
     validate_env(cfg.env)
     check_positive("total_frames", cfg.total_frames)
     check_device("device", cfg.device)
+    if cfg.log.trackers:
+        from accelrl.trackers import missing_packages
+
+        missing = missing_packages(tuple(cfg.log.trackers))
+        if missing:
+            raise ConfigError(
+                "log.trackers",
+                " ".join(cfg.log.trackers),
+                f"needs {' and '.join(missing)}: pip install {' '.join(missing)}",
+            )
     c = cfg.collector
     check_positive("collector.num_workers", c.num_workers, zero_ok=True)
     check_positive("collector.frames_per_batch", c.frames_per_batch)

@@ -158,6 +158,9 @@ class RunLogger:
         tensorboard: bool = True,
         progress: bool = True,
         rank: int = 0,
+        trackers: tuple[str, ...] = (),
+        project: str = "accelrl",
+        config: dict | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.total_frames = int(total_frames)
@@ -179,6 +182,8 @@ class RunLogger:
         self._episodes = _CsvFile(self.run_dir / "episodes.csv")
         self._evals = _CsvFile(self.run_dir / "eval.csv")
         self._tb: Any = None
+        self._tracker_names, self._project, self._config = tuple(trackers), project, config or {}
+        self._trackers: Any = None
         self._bar: tqdm | None = None
         if self._active:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -213,6 +218,12 @@ class RunLogger:
 
                 # Hides events logged after the checkpoint by the killed run.
                 self._tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=self._cut + 1)
+            if self._tracker_names:
+                from accelrl.trackers import Trackers
+
+                self._trackers = Trackers(
+                    self.run_dir, self._tracker_names, self._project, self._config
+                )
             self._opened = True
         return True
 
@@ -222,6 +233,9 @@ class RunLogger:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        if self._trackers is not None:
+            self._trackers.close()
+            self._trackers = None
         self._opened = False
 
     def episodes(
@@ -282,6 +296,11 @@ class RunLogger:
                 self._tb.add_scalar(key, _to_float(value), frames)
             if not math.isnan(mean):
                 self._tb.add_scalar("episode/return_mean100", mean, frames)
+        if self._trackers is not None:
+            scalars = {k: _to_float(v) for k, v in values.items()}
+            if not math.isnan(mean):
+                scalars["episode/return_mean100"] = mean
+            self._trackers.log(scalars, frames)
 
     def eval(self, frames: int, metrics: Mapping[str, float]) -> None:
         """Append one row to eval.csv and scalars to TensorBoard at x = emulator frames; returns
@@ -296,6 +315,8 @@ class RunLogger:
         if self._tb is not None:
             for key, value in metrics.items():
                 self._tb.add_scalar(key, _to_float(value), frames)
+        if self._trackers is not None:
+            self._trackers.log({k: _to_float(v) for k, v in metrics.items()}, frames)
 
     def _warn_unknown(self, f: _CsvFile, metrics: Mapping[str, Any]) -> None:
         if f.columns is None:

@@ -306,6 +306,9 @@ class Run:
                 start_frames=start,
                 tensorboard=self.cfg.log.tensorboard,
                 progress=self.cfg.log.progress,
+                trackers=tuple(self.cfg.log.trackers),
+                project=self.cfg.log.project,
+                config={"algo": self.algo, **to_dict(self.cfg)},
             )
             if self.cfg.resume:
                 self.logger.load_state_dict(state["logger"])
