@@ -119,6 +119,11 @@ class LogConfig:
     """Emulator frames between evaluations (0: only at the end, 0 episodes disables)."""
     eval_episodes: int = 4
     """Episodes per evaluation, run greedy and sampled each."""
+    video_every_frames: int = 0
+    """Atari: every this many emulator frames, record one greedy evaluation episode (full-size
+    RGB) to RUN_DIR/videos/ as MP4 and to TensorBoard as an animated GIF (0: never)."""
+    video_max_steps: int = 1000
+    """Agent steps per recorded video at most (1000 at frameskip 4: 67 s of play)."""
     checkpoint_every_frames: int = 1_000_000
     """Emulator frames between checkpoints (a final one is always written)."""
     keep_checkpoints: int = 3
@@ -298,6 +303,17 @@ def validate_common(cfg: Any) -> None:
     validate_env(cfg.env)
     check_positive("total_frames", cfg.total_frames)
     check_device("device", cfg.device)
+    check_positive("log.video_every_frames", cfg.log.video_every_frames, zero_ok=True)
+    check_positive("log.video_max_steps", cfg.log.video_max_steps)
+    if cfg.log.video_every_frames:
+        from accelrl.envs import is_atari
+
+        if not is_atari(cfg.env.game):
+            raise ConfigError(
+                "log.video_every_frames",
+                cfg.log.video_every_frames,
+                f"videos record Atari screens; {cfg.env.game} is not an Atari game (use 0)",
+            )
     if cfg.log.trackers:
         from accelrl.trackers import missing_packages
 

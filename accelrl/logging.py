@@ -318,6 +318,32 @@ class RunLogger:
         if self._trackers is not None:
             self._trackers.log({k: _to_float(v) for k, v in metrics.items()}, frames)
 
+    def video(self, frames: int, mp4: Path, tag: str = "eval/video") -> None:
+        """Show a recorded MP4 in TensorBoard as an animated GIF at x = emulator frames (the
+        form TensorBoard plays; converted by imageio-ffmpeg's ffmpeg, no moviepy needed)."""
+        if not self._sinks() or self._tb is None:
+            return
+        import subprocess
+
+        import imageio_ffmpeg
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        gif = mp4.with_suffix(".gif")
+        subprocess.run(
+            [imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-loglevel", "error", "-i", str(mp4), str(gif)],
+            check=True,
+        )
+        meta = imageio_ffmpeg.read_frames(str(mp4))
+        width, height = next(meta)["size"]
+        meta.close()
+        image = Summary.Image(
+            height=height, width=width, colorspace=3, encoded_image_string=gif.read_bytes()
+        )
+        gif.unlink()
+        self._tb.file_writer.add_summary(
+            Summary(value=[Summary.Value(tag=tag, image=image)]), global_step=int(frames)
+        )
+
     def _warn_unknown(self, f: _CsvFile, metrics: Mapping[str, Any]) -> None:
         if f.columns is None:
             return

@@ -163,6 +163,77 @@ class VideoWriter:
             os.replace(self.tmp, self.path)
 
 
+@dataclass
+class Episode:
+    score: float
+    """Unclipped game score (the sum of the env's ``score``)."""
+    steps: int
+    truncated: bool
+    """Ended by the episode cap (or ``max_steps``), not by the game."""
+
+
+@torch.no_grad()
+def play_episode(
+    env,
+    policy: torch.nn.Module,
+    device: torch.device,
+    *,
+    epsilon: float = 0.0,
+    rng: random.Random | None = None,
+    on_step=None,
+    max_steps: int | None = None,
+) -> Episode:
+    """One episode from a reset of ``env`` (unbatched, or batched with one simulator), acting
+    with ``policy`` under the current interaction type; ``on_step()`` is called after the reset
+    and after every step (e.g. to grab the screen). ``max_steps`` stops a longer episode early."""
+    unbatched = env.batch_size == torch.Size([])
+    num_actions = int(env.action_spec.space.n)
+    rng = rng or random.Random(0)
+    td = env.reset()
+    if on_step is not None:
+        on_step()
+    steps = 0
+    while True:
+        batch = td.unsqueeze(0) if unbatched else td
+        action = policy(batch.to(device)).get("action").cpu()
+        if epsilon > 0 and rng.random() < epsilon:
+            action = torch.full_like(action, rng.randrange(num_actions))
+        td.set("action", action.squeeze(0) if unbatched else action)
+        td = env.step(td)
+        steps += 1
+        if on_step is not None:
+            on_step()
+        nxt = td.get("next")
+        if bool(nxt.get("done").any()) or (max_steps is not None and steps >= max_steps):
+            return Episode(
+                score=float(nxt.get("episode_return").reshape(-1)[0]),
+                steps=int(nxt.get("episode_length").reshape(-1)[0]),
+                truncated=bool(nxt.get("truncated").any()) or not bool(nxt.get("done").any()),
+            )
+        td = step_mdp(td)
+
+
+def record_video(
+    env_cfg, policy: torch.nn.Module, path: str | Path, *, seed: int, device: torch.device,
+    max_steps: int | None = None,
+) -> Episode:  # fmt: skip
+    """Play one greedy Atari episode (or its first ``max_steps`` steps) into an MP4 of the
+    full-size RGB screen; what training runs record with ``--log.video-every-frames``."""
+    from accelrl.envs.gym_atari import AtariWorkerEnv
+
+    env = AtariWorkerEnv(env_cfg, seed=seed)
+    video = VideoWriter(str(path), fps=60.0 / env_cfg.frameskip)
+    try:
+        with set_interaction_type(InteractionType.DETERMINISTIC):
+            return play_episode(
+                env, policy, device, on_step=lambda: video.add(env._ale.getScreenRGB()),
+                max_steps=max_steps,
+            )  # fmt: skip
+    finally:
+        env.close()
+        video.close()
+
+
 @torch.no_grad()
 def play(cfg: PlayConfig) -> dict[str, Any]:
     """Play ``cfg.episodes`` episodes; prints one line each and the mean; returns the scores."""
@@ -181,62 +252,42 @@ def play(cfg: PlayConfig) -> dict[str, Any]:
         from accelrl.envs.gym_atari import AtariWorkerEnv
 
         env = AtariWorkerEnv(run_cfg.env, seed=cfg.seed)
-        screen = env._ale.getScreenRGB  # the emulator's last frame of each agent step
     else:
         env = make_env(replace(run_cfg.env, num_envs=1, async_batch_size=0), seed=cfg.seed)
-        screen = None
-    unbatched = env.batch_size == torch.Size([])
     rng = random.Random(cfg.seed)
-    num_actions = int(env.action_spec.space.n)
     video = VideoWriter(cfg.video, fps=60.0 / run_cfg.env.frameskip) if cfg.video else None
     mode = "sampled" if cfg.sample else "greedy"
     if cfg.epsilon > 0:
         mode += f", epsilon {cfg.epsilon:g}"
     print(f"playing {cfg.episodes} episode(s) of {run_cfg.env.game} ({mode}) from {path}")
-    scores: list[float] = []
-    lengths: list[int] = []
+    episodes: list[Episode] = []
     interaction = InteractionType.RANDOM if cfg.sample else InteractionType.DETERMINISTIC
     try:
         with set_interaction_type(interaction):
-            for episode in range(cfg.episodes):
-                record = video is not None and episode < cfg.video_episodes
-                td = env.reset()
-                if record:
-                    video.add(screen())
-                while True:
-                    batch = td.unsqueeze(0) if unbatched else td
-                    action = policy(batch.to(device)).get("action").cpu()
-                    if cfg.epsilon > 0 and rng.random() < cfg.epsilon:
-                        action = torch.full_like(action, rng.randrange(num_actions))
-                    td.set("action", action.squeeze(0) if unbatched else action)
-                    td = env.step(td)
-                    if record:
-                        video.add(screen())
-                    nxt = td.get("next")
-                    if bool(nxt.get("done").any()):
-                        score = float(nxt.get("episode_return").reshape(-1)[0])
-                        steps = int(nxt.get("episode_length").reshape(-1)[0])
-                        scores.append(score)
-                        lengths.append(steps)
-                        frames = steps * (run_cfg.env.frameskip if atari else 1)
-                        ended = "cap" if bool(nxt.get("truncated").any()) else "game over"
-                        print(
-                            f"episode {episode + 1}: score {score:g}, {steps} steps "
-                            f"({frames:,} frames, {ended})",
-                            flush=True,
-                        )
-                        break
-                    td = step_mdp(td)
+            for i in range(cfg.episodes):
+                record = video is not None and i < cfg.video_episodes
+                # The emulator's last frame of each agent step, full size.
+                grab = (lambda: video.add(env._ale.getScreenRGB())) if record else None
+                ep = play_episode(env, policy, device, epsilon=cfg.epsilon, rng=rng, on_step=grab)
+                episodes.append(ep)
+                frames = ep.steps * (run_cfg.env.frameskip if atari else 1)
+                ended = "cap" if ep.truncated else "game over"
+                print(
+                    f"episode {i + 1}: score {ep.score:g}, {ep.steps} steps "
+                    f"({frames:,} frames, {ended})",
+                    flush=True,
+                )
     finally:
         env.close()
         if video is not None:
             video.close()
+    scores = [ep.score for ep in episodes]
     mean = sum(scores) / len(scores)
     std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
     print(f"mean score {mean:g} +- {std:.3g} (std) over {len(scores)} episode(s)")
     if video is not None:
         print(f"video: {video.path} ({video.frames} frames at {video.fps:g} fps)")
-    return {"scores": scores, "lengths": lengths, "checkpoint": str(path)}
+    return {"scores": scores, "lengths": [ep.steps for ep in episodes], "checkpoint": str(path)}
 
 
 def run_tool(name: str, config_cls: type, action, argv: list[str] | None, doc: str) -> None:

@@ -108,6 +108,7 @@ class NullLogger:
     def episodes(self, *args: Any) -> None: ...
     def log(self, *args: Any, **kwargs: Any) -> None: ...
     def eval(self, *args: Any) -> None: ...
+    def video(self, *args: Any) -> None: ...
     def close(self) -> None: ...
     def state_dict(self) -> dict:
         return {}
@@ -321,6 +322,8 @@ class Run:
         if self._next_eval:
             every = self.cfg.log.eval_every_frames
             self._next_eval = (self.frames // every + 1) * every
+        # Videos already recorded (a resumed run does not record the current one again).
+        self._videos_done = self.frames // max(1, self.cfg.log.video_every_frames)
         self._t_start = self._t_batch = time.perf_counter()
 
     def _modules(self) -> list[torch.nn.Module]:
@@ -469,12 +472,35 @@ class Run:
         if self._next_eval is not None and self.frames >= self._next_eval:
             self.evaluate()
             self._next_eval += self.cfg.log.eval_every_frames
+        video_every = self.cfg.log.video_every_frames
+        if video_every and self.frames // video_every > self._videos_done:
+            self._videos_done = self.frames // video_every
+            self.record_video()
         if self.frames >= self._next_ckpt:
             self.checkpoint()
             while self._next_ckpt <= self.frames:
                 self._next_ckpt += self.cfg.log.checkpoint_every_frames
         # Evaluation and checkpoints are not collection time.
         self._t_batch = time.perf_counter()
+
+    def record_video(self) -> Path | None:
+        """One greedy episode (rank 0) to RUN_DIR/videos/frames_<frames>.mp4 and TensorBoard."""
+        if self.policy is None or not self.dist.is_main:
+            return None
+        from accelrl.play import record_video
+
+        path = self.dir / "videos" / f"frames_{self.frames:012d}.mp4"
+        episode = record_video(
+            self.cfg.env,
+            self.policy,
+            path,
+            seed=self.cfg.seed + 20_000_033 + self.frames,
+            device=self.device,
+            max_steps=self.cfg.log.video_max_steps,
+        )
+        self.logger.video(self.frames, path)
+        log.info("video %s: score %g in %d steps", path, episode.score, episode.steps)
+        return path
 
     def evaluate(self) -> dict[str, float]:
         """Greedy and sampled evaluation episodes (rank 0); logged under ``eval/``."""

@@ -21,8 +21,8 @@ REPO = Path(__file__).resolve().parents[1]
 QUIET = ["--log.eval-episodes", "0", "--log.no-tensorboard", "--log.no-progress"]
 
 
-def train(recipe: str, run: Path, *flags: str) -> None:
-    cmd = [sys.executable, str(REPO / "recipes" / f"{recipe}.py"), *flags, *QUIET,
+def train(recipe: str, run: Path, *flags: str, quiet: tuple[str, ...] = tuple(QUIET)) -> None:
+    cmd = [sys.executable, str(REPO / "recipes" / f"{recipe}.py"), *flags, *quiet,
            "--run-dir", str(run)]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -108,3 +108,26 @@ def test_play_errors_are_one_line(tmp_path):
     out = play(str(empty))
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
     assert "has no loadable checkpoint" in out.stderr
+
+
+def test_training_records_videos_to_the_run_folder_and_tensorboard(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "run"
+    train("ppo_atari", run, "--env.game", "Pong", "--env.num-envs", "2",
+          "--collector.frames-per-batch", "64", "--ppo.minibatches", "2", "--ppo.epochs", "1",
+          "--total-frames", "1024", "--env.max-episode-frames", "800",
+          "--log.video-every-frames", "512", "--log.video-max-steps", "60",
+          quiet=("--log.eval-episodes", "0", "--log.no-progress"))  # fmt: skip
+    videos = sorted((run / "videos").glob("*.mp4"))
+    assert [v.name for v in videos] == ["frames_000000000512.mp4", "frames_000000001024.mp4"]
+    for video in videos:
+        frames = imageio_ffmpeg.read_frames(str(video))
+        next(frames)
+        assert sum(1 for _ in frames) == 60 + 1  # cut at --log.video-max-steps
+    events = EventAccumulator(str(run / "tb"), size_guidance={"images": 0})
+    events.Reload()
+    images = events.Images("eval/video")
+    assert [i.step for i in images] == [512, 1024]
+    assert all(i.encoded_image_string[:6] == b"GIF89a" for i in images)
+    assert (images[0].width, images[0].height) == (160, 210)
