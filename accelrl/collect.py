@@ -63,6 +63,23 @@ def plan_threads(threads: ThreadsConfig, num_workers: int, cores: int | None = N
     return ThreadPlan(cores, learner, worker, sim)
 
 
+def core_shortfall(cores: int, env_cfg: EnvConfig, cfg: CollectorConfig) -> str | None:
+    """One warning line when this rank's cores cannot give each of its busy processes (the
+    learner and every collector worker, which steps its simulators and runs inference) a core
+    of its own; None when they can. The run still works, only slower: the processes take turns
+    on the cores (e.g. a SLURM default of one CPU per task under a DGX-sized job)."""
+    processes = 1 + cfg.num_workers
+    if cores >= processes:
+        return None
+    sims = env_cfg.num_envs * max(1, cfg.num_workers)
+    return (
+        f"{cores} core(s) for 1 learner + {cfg.num_workers} collector worker process(es) "
+        f"stepping {sims} simulators: each process gets less than a core; give this rank at "
+        f"least {processes} (e.g. --cpus-per-task {processes}) or use fewer "
+        f"--collector.num-workers"
+    )
+
+
 def _worker_env(env_cfg: EnvConfig, seed: int, sim_threads: int, torch_threads: int) -> EnvBase:
     # Runs inside each collector worker: the thread budget must be set in that process.
     torch.set_num_threads(torch_threads)

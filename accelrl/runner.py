@@ -37,7 +37,13 @@ from accelrl.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from accelrl.collect import ThreadPlan, WatchedCollector, make_collector, plan_threads
+from accelrl.collect import (
+    ThreadPlan,
+    WatchedCollector,
+    core_shortfall,
+    make_collector,
+    plan_threads,
+)
 from accelrl.config import ConfigError, cpu_count, resolve_device, to_dict
 from accelrl.envs import frames_per_step, make_env
 from accelrl.evaluate import evaluate
@@ -137,6 +143,9 @@ class Run:
             cfg.threads, cfg.collector.num_workers, cores=self._cores_per_rank()
         )
         torch.set_num_threads(self.threads.learner_torch)
+        shortfall = core_shortfall(self.threads.cores, cfg.env, cfg.collector)
+        if shortfall:
+            log.warning("rank %d: %s", self.dist.rank, shortfall)
         self.frame_skip = frames_per_step(cfg.env)
         self.frames = 0
         self.updates = 0

@@ -72,3 +72,40 @@ def test_in_process_collector_layout_and_keys():
     assert batch["pixels"].dtype == torch.uint8
     for key in ["action", "action_log_prob", "state_value", ("next", "reward"), ("next", "score")]:
         assert key in batch.keys(True), key
+
+
+def test_core_shortfall_names_the_numbers():
+    from accelrl.collect import core_shortfall
+
+    env = EnvConfig(game="Pong", num_envs=8)
+    assert core_shortfall(3, env, CollectorConfig(num_workers=2)) is None
+    assert core_shortfall(1, env, CollectorConfig(num_workers=0)) is None
+    line = core_shortfall(2, env, CollectorConfig(num_workers=2))
+    assert line == (
+        "2 core(s) for 1 learner + 2 collector worker process(es) stepping 16 simulators: each "
+        "process gets less than a core; give this rank at least 3 (e.g. --cpus-per-task 3) or "
+        "use fewer --collector.num-workers"
+    )
+
+
+def test_a_run_pinned_to_one_core_warns_once(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    if shutil.which("taskset") is None:
+        pytest.skip("taskset is not installed")
+    repo = Path(__file__).resolve().parents[1]
+    cmd = ["taskset", "-c", "0", sys.executable, str(repo / "recipes" / "ppo_atari.py"),
+           "--env.game", "CartPole-v1", "--env.num-envs", "2", "--collector.num-workers", "2",
+           "--collector.frames-per-batch", "64", "--ppo.minibatches", "2", "--total-frames",
+           "128", "--log.eval-episodes", "0", "--log.no-tensorboard", "--log.no-progress",
+           "--run-dir", str(tmp_path / "run")]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=repo)
+    assert out.returncode == 0, out.stderr[-2000:]
+    warnings = [ln for ln in out.stderr.splitlines() if "collector worker process(es)" in ln]
+    assert len(warnings) == 1, out.stderr[-2000:]
+    assert "rank 0: 1 core(s) for 1 learner + 2 collector worker" in warnings[0]
