@@ -97,7 +97,9 @@ class Trackers:
         logger = ResumableMLFlowLogger(exp_name=project, tracking_uri=uri)
         ids["mlflow"] = logger.experiment.info.run_id
         if "config_logged" not in ids:
-            mlflow.log_params(_flatten(config))
+            params = list(_flatten(config).items())
+            for i in range(0, len(params), 100):  # MLflow takes at most 100 params a call
+                mlflow.log_params(dict(params[i : i + 100]))
             ids["config_logged"] = "1"
         return logger
 
