@@ -51,14 +51,14 @@ class ReplayFeeder:
         replay: Any,
         *,
         intensity: float,
-        frames_per_batch: int,
+        steps_per_batch: int,
         learning_starts: int,
         on_stream_break: Callable[[], None] | None = None,
     ) -> None:
         self.policy = policy
         self.replay = replay
         self.intensity = float(intensity)
-        self.slack = self.intensity * frames_per_batch
+        self.slack = self.intensity * steps_per_batch
         self.learning_starts = learning_starts  # agent steps collected before updates begin
         self.collected = 0  # agent steps written to the replay
         self.replayed = 0  # samples handed to the learner since learning started

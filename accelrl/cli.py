@@ -17,9 +17,10 @@ import tyro
 from accelrl.algos.common import NonFiniteError
 from accelrl.checkpoint import CheckpointError
 from accelrl.collect import CollectorFailure
-from accelrl.config import ConfigError, validate_common
+from accelrl.config import RENAMED_FIELDS
 from accelrl.distributed import PeerLost
-from accelrl.runner import RunInterrupted, describe_progress
+from accelrl.run_folder import RunInterrupted
+from accelrl.validate import ConfigError, validate_common
 
 C = TypeVar("C")
 
@@ -56,7 +57,8 @@ def run_recipe(
         print("accelrl: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
     except (NonFiniteError, CheckpointError, CollectorFailure, PeerLost) as err:
-        print(f"accelrl: error: {err}{describe_progress()}", file=sys.stderr)
+        # ``RunFolder`` adds where the run stood and its latest checkpoint.
+        print(f"accelrl: error: {err}{getattr(err, 'accelrl_where', '')}", file=sys.stderr)
         raise SystemExit(3) from None
     except RunInterrupted as stop:
         # SIGTERM / SIGUSR2: the checkpoint is written; exit as the signal would (128 + n).
@@ -98,6 +100,9 @@ def parse_flags(
     is wrong (tyro would print a multi-line box and exit).
     """
     argv = list(argv)
+    renamed = _renamed_flag(argv)
+    if renamed:
+        raise FlagError(renamed)
     if "-h" in argv or "--help" in argv:
         return tyro.cli(config_cls, args=argv, description=description, prog=prog)
     captured = io.StringIO()
@@ -106,6 +111,20 @@ def parse_flags(
             return tyro.cli(config_cls, args=argv, description=description, prog=prog)
     except SystemExit:
         raise FlagError(_tyro_reason(captured.getvalue())) from None
+
+
+def _renamed_flag(argv: Sequence[str]) -> str | None:
+    """A flag whose field was renamed to say its unit (``accelrl.config.RENAMED_FIELDS``)."""
+    for arg in argv:
+        flag = arg.split("=", 1)[0]
+        if not flag.startswith("--"):
+            continue
+        *section, name = flag[2:].replace("-", "_").split(".")
+        if name in RENAMED_FIELDS:
+            new = ".".join([*section, RENAMED_FIELDS[name]]).replace("_", "-")
+            unit = "agent steps" if new.endswith("steps-per-batch") else "emulator frames"
+            return f"{flag} was renamed --{new} (it counts {unit})"
+    return None
 
 
 def _tyro_reason(text: str) -> str:
@@ -128,7 +147,7 @@ def validate_recipe_config(recipe: ModuleType, cfg: Any) -> None:
     """Run the recipe's checks without training; raises ``ConfigError``.
 
     That is the recipe's ``validate(cfg)`` when it has one, else the checks every recipe shares
-    (``accelrl.config.validate_common``).
+    (``accelrl.validate.validate_common``).
     """
     validate = getattr(recipe, "validate", None) or validate_common
     validate(cfg)

@@ -17,14 +17,21 @@ import signal
 import threading
 import time
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
 from torchrl.envs import EnvBase
 
-from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig, cpu_count, resolve_device
+from accelrl.config import (
+    CollectorConfig,
+    EnvConfig,
+    ThreadsConfig,
+    cpu_count,
+    resolve_device,
+    rows_per_batch,
+)
 from accelrl.envs import make_env
 from accelrl.samplers import AlternatingCollector, BatchedInferenceCollector
 
@@ -80,16 +87,35 @@ def core_shortfall(cores: int, env_cfg: EnvConfig, cfg: CollectorConfig) -> str 
     )
 
 
-def _worker_env(env_cfg: EnvConfig, seed: int, sim_threads: int, torch_threads: int) -> EnvBase:
+def _worker_env(
+    env_cfg: EnvConfig, num_envs: int, seed: int, sim_threads: int, torch_threads: int
+) -> EnvBase:
     # Runs inside each collector worker: the thread budget must be set in that process.
     torch.set_num_threads(torch_threads)
-    return make_env(env_cfg, seed=seed, sim_threads=sim_threads)
+    return make_env(env_cfg, seed=seed, num_envs=num_envs, sim_threads=sim_threads)
 
 
-def env_factory(env_cfg: EnvConfig, seed: int, plan: ThreadPlan, *, in_worker: bool):
-    """A picklable zero-argument factory for one collector worker's batched env."""
+def env_factory(
+    env_cfg: EnvConfig,
+    seed: int,
+    plan: ThreadPlan,
+    *,
+    in_worker: bool,
+    num_envs: int | None = None,
+    sim_threads: int | None = None,
+):
+    """A picklable zero-argument factory for one collector worker's batched env of
+    ``num_envs`` simulators (default ``env_cfg.num_envs``) on ``sim_threads`` C++ threads
+    (default the plan's)."""
     torch_threads = plan.worker_torch if in_worker else plan.learner_torch
-    return functools.partial(_worker_env, env_cfg, seed, plan.sim_threads, torch_threads)
+    return functools.partial(
+        _worker_env,
+        env_cfg,
+        env_cfg.num_envs if num_envs is None else num_envs,
+        seed,
+        plan.sim_threads if sim_threads is None else sim_threads,
+        torch_threads,
+    )
 
 
 def make_collector(
@@ -105,10 +131,10 @@ def make_collector(
     """An endless collector of ``cfg.kind`` yielding batches of agent steps, time last.
 
     - sync: ``[envs, T]`` (no workers, TorchRL ``Collector``) or ``[workers, envs, T]``
-      (``MultiSyncCollector``), ``cfg.frames_per_batch`` steps in all.
+      (``MultiSyncCollector``), ``cfg.steps_per_batch`` steps in all.
     - alternating: ``[envs, T]`` from two halves of the simulators that take turns with the
       policy (``accelrl.samplers.AlternatingCollector``).
-    - async: ``[envs, T]`` of ``cfg.frames_per_batch`` steps from whichever worker finished
+    - async: ``[envs, T]`` of ``cfg.steps_per_batch`` steps from whichever worker finished
       first (``MultiAsyncCollector``); wrap ``policy`` in a ``VersionStamp`` to measure lag.
     - batched: ``[envs x workers, T]``, every simulator in its own slot, one inference server
       (``accelrl.samplers.BatchedInferenceCollector``); carries ``policy_version`` from
@@ -124,35 +150,40 @@ def make_collector(
         learner_device if cfg.storing_device == "auto" else resolve_device(cfg.storing_device)
     )
     if cfg.kind == "alternating":
-        half = replace(env_cfg, num_envs=env_cfg.num_envs // 2)
-        group_plan = replace(plan, sim_threads=max(1, plan.sim_threads // 2))
+        half = env_cfg.num_envs // 2
+        group_threads = max(1, plan.sim_threads // 2)
 
         def make_group(g: int) -> EnvBase:
-            return env_factory(half, seed + g * half.num_envs, group_plan, in_worker=False)()
+            return env_factory(
+                env_cfg,
+                seed + g * half,
+                plan,
+                in_worker=False,
+                num_envs=half,
+                sim_threads=group_threads,
+            )()
 
         return AlternatingCollector(
             make_group,
             policy,
-            frames_per_batch=cfg.frames_per_batch,
+            frames_per_batch=cfg.steps_per_batch,
             policy_device=policy_device,
             storing_device=storing_device,
         )
     if cfg.kind == "batched":
-        workers = max(1, cfg.num_workers)
-        one = replace(env_cfg, num_envs=1)
-        sims = env_cfg.num_envs * workers
-        single_plan = replace(plan, sim_threads=1)
+        sims = rows_per_batch(env_cfg, cfg)
+        one = dict(in_worker=True, num_envs=1, sim_threads=1)
         return BatchedInferenceCollector(
-            [env_factory(one, seed + i, single_plan, in_worker=True) for i in range(sims)],
+            [env_factory(env_cfg, seed + i, plan, **one) for i in range(sims)],
             policy,
-            frames_per_batch=cfg.frames_per_batch,
+            frames_per_batch=cfg.steps_per_batch,
             envs_per_worker=env_cfg.num_envs,
             policy_device=policy_device,
             storing_device=storing_device,
             start_version=start_version,
         )
     common = dict(
-        frames_per_batch=cfg.frames_per_batch,
+        frames_per_batch=cfg.steps_per_batch,
         total_frames=-1,
         env_device=cfg.env_device,
         policy_device=policy_device,
@@ -174,6 +205,22 @@ def make_collector(
         if cfg.kind == "async":
             return MultiAsyncCollector(factories, policy, **common)
         return MultiSyncCollector(factories, policy, cat_results="stack", **common)
+
+
+def run_collector(cfg: Any, proc: Any, policy: torch.nn.Module, updates: int) -> WatchedCollector:
+    """``make_collector`` with a run's settings, watched (``WatchedCollector``): ``cfg`` is the
+    recipe's config, ``proc`` its ``accelrl.process.Process`` (thread plan, learner device,
+    simulator seeds, which are new after a resume at ``updates``)."""
+    collector = make_collector(
+        cfg.env,
+        cfg.collector,
+        policy,
+        seed=proc.collect_seed(updates),
+        plan=proc.threads,
+        learner_device=str(proc.device),
+        start_version=updates,
+    )
+    return WatchedCollector(collector, stall_timeout_s=cfg.collector.stall_timeout_s)
 
 
 def _alive(proc: Any) -> bool | None:
@@ -200,10 +247,13 @@ class WatchedCollector:
     remaining workers before TorchRL's own shutdown, bounded in time, so nothing is left behind.
     """
 
-    def __init__(self, collector: Any, *, stall_timeout_s: float, startup_timeout_s: float) -> None:
+    def __init__(
+        self, collector: Any, *, stall_timeout_s: float, startup_timeout_s: float | None = None
+    ) -> None:
         self.inner = collector
         self.stall_timeout_s = stall_timeout_s
-        self.startup_timeout_s = startup_timeout_s
+        # The first batch includes starting the workers and their simulators.
+        self.startup_timeout_s = startup_timeout_s or 5 * stall_timeout_s
         self.failure: str | None = None
         self._last = time.monotonic()
         self._batches = 0
@@ -220,8 +270,7 @@ class WatchedCollector:
         return getattr(self.inner, name)
 
     def procs(self) -> list[Any]:
-        inner = getattr(self.inner, "_inner", self.inner)
-        return list(getattr(inner, "procs", []) or [])
+        return list(getattr(self.inner, "procs", []) or [])
 
     def __iter__(self):
         try:

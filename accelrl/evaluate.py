@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 from tensordict.nn import InteractionType, set_interaction_type
 
@@ -22,7 +20,7 @@ def run_episodes(
     greedy: bool,
 ) -> list[float]:
     """Unclipped returns of the first episode of each of ``episodes`` simulators run together."""
-    env = make_env(replace(env_cfg, num_envs=episodes, async_batch_size=0), seed=seed)
+    env = make_env(env_cfg, seed=seed, num_envs=episodes, synchronous=True)
     interaction = InteractionType.DETERMINISTIC if greedy else InteractionType.RANDOM
     returns = torch.full((episodes,), float("nan"))
     try:

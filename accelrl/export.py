@@ -54,15 +54,16 @@ def greedy_module(agent: Any) -> nn.Module:
     copied)."""
     if hasattr(agent, "q_network"):
         return GreedyQ(agent.q_network, agent.support).eval()
-    # Actor-critic: the trunk's and the policy head's plain modules, without TensorDicts.
+    # Actor-critic: the trunk's and the policy head's plain modules, without TensorDicts (the
+    # first module of each TensorDictSequential, by its public indexing).
     model = agent.policy
-    trunk = model.get_policy_operator().module[0].module
-    head = model.get_policy_head().module[0].module
+    trunk = model.get_policy_operator()[0].module
+    head = model.get_policy_head()[0].module
     return GreedyActorCritic(trunk, head).eval()
 
 
 def example_input(run_cfg: Any, batch: int = 2) -> torch.Tensor:
-    from accelrl.runner import describe_env
+    from accelrl.envs import describe_env
 
     spec = describe_env(run_cfg.env)
     shape = (batch, *spec["obs_shape"])

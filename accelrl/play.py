@@ -26,7 +26,7 @@ import math
 import os
 import random
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -36,7 +36,8 @@ from tensordict.nn import InteractionType, set_interaction_type
 from torchrl.envs.utils import step_mdp
 
 from accelrl.checkpoint import CheckpointError, load_checkpoint, load_latest
-from accelrl.config import check_device, from_dict, resolve_device
+from accelrl.config import from_dict, resolve_device
+from accelrl.validate import check_device
 
 RECIPES = {
     "ppo": "recipes.ppo_atari",
@@ -124,7 +125,7 @@ def load_agent(cfg: PlayConfig) -> LoadedAgent:
         state, path = found
     if not isinstance(state, dict) or algo not in state.get("components", {}):
         raise PlayError(f"{path} is not a {algo!r} checkpoint of this run")
-    from accelrl.runner import describe_env
+    from accelrl.envs import describe_env
 
     agent = recipe.make_agent(run_cfg, describe_env(run_cfg.env), device)
     agent.load_state_dict(state["components"][algo])
@@ -253,7 +254,7 @@ def play(cfg: PlayConfig) -> dict[str, Any]:
 
         env = AtariWorkerEnv(run_cfg.env, seed=cfg.seed)
     else:
-        env = make_env(replace(run_cfg.env, num_envs=1, async_batch_size=0), seed=cfg.seed)
+        env = make_env(run_cfg.env, seed=cfg.seed, num_envs=1, synchronous=True)
     rng = random.Random(cfg.seed)
     video = VideoWriter(cfg.video, fps=60.0 / run_cfg.env.frameskip) if cfg.video else None
     mode = "sampled" if cfg.sample else "greedy"

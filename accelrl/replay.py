@@ -39,30 +39,12 @@ Not thread-safe: ``extend`` and ``sample`` must not run concurrently.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import PrioritizedSampler, TensorStorage
-
-
-@dataclass
-class ReplayConfig:
-    """Replay capacity, prioritization and n-step settings."""
-
-    capacity: int = 1_000_000
-    """Transitions (agent steps over all envs)."""
-    prioritized: bool = False
-    alpha: float = 0.5
-    """Priority exponent."""
-    beta: float = 0.4
-    """Initial importance-sampling exponent (annealed to 1 by the learner)."""
-    priority_eps: float = 1e-6
-    n_step: int = 1
-    storage_dir: str | None = None
-    """Folder for memory-mapped storage; None keeps everything in RAM."""
 
 
 def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -100,8 +82,14 @@ class FrameReplay:
 
     def __init__(
         self,
-        cfg: ReplayConfig,
         *,
+        capacity: int,
+        n_step: int = 1,
+        prioritized: bool = False,
+        alpha: float = 0.5,
+        beta: float = 0.4,
+        priority_eps: float = 1e-6,
+        storage_dir: str | None = None,
         num_envs: int,
         obs_key: str,
         obs_shape: tuple[int, ...],
@@ -112,9 +100,9 @@ class FrameReplay:
     ) -> None:
         if stack > 1 and (len(obs_shape) < 2 or obs_shape[0] != stack):
             raise ValueError(f"obs_shape {obs_shape} must start with the stack size {stack}")
-        if cfg.n_step < 1:
-            raise ValueError(f"n_step must be >= 1, got {cfg.n_step}")
-        self.cfg = cfg
+        if n_step < 1:
+            raise ValueError(f"n_step must be >= 1, got {n_step}")
+        self.capacity, self.n_step, self.prioritized = capacity, n_step, prioritized
         self.num_envs = num_envs
         self.obs_key = obs_key
         self.obs_shape = tuple(obs_shape)
@@ -122,14 +110,14 @@ class FrameReplay:
         self.gamma = gamma
         self.life_loss_boundary = life_loss_boundary
         self.device = torch.device(device)
-        self.ring = cfg.capacity // num_envs
+        self.ring = capacity // num_envs
         self._frame_shape = self.obs_shape[1:] if stack > 1 else self.obs_shape
-        self._dir = None if cfg.storage_dir is None else Path(cfg.storage_dir)
+        self._dir = None if storage_dir is None else Path(storage_dir)
         self._sampler = _MaskedPrioritizedSampler(
             num_envs * self.ring,
-            alpha=cfg.alpha if cfg.prioritized else 0.0,
-            beta=cfg.beta,
-            eps=cfg.priority_eps,
+            alpha=alpha if prioritized else 0.0,
+            beta=beta,
+            eps=priority_eps,
             dtype=torch.float64,  # float32 sums over 1M slots can land a draw on a masked slot
         )
         self._entries: TensorDict | None = None
@@ -211,7 +199,7 @@ class FrameReplay:
         Transitions still waiting for their n-step target are dropped; the next batch stores the
         older frames of each row's first observation. ``load_state_dict`` calls it.
         """
-        n, e = self.cfg.n_step, self.num_envs
+        n, e = self.n_step, self.num_envs
         self._restart = True
         self._epos_next = torch.zeros(e, dtype=torch.int64)
         self._tail_entry = torch.zeros(e, n, dtype=torch.int64)
@@ -227,7 +215,7 @@ class FrameReplay:
         num_envs, steps = batch.batch_size
         if num_envs != self.num_envs:
             raise ValueError(f"batch has {num_envs} rows, the replay was built for {self.num_envs}")
-        n, stack, ring = self.cfg.n_step, self.stack, self.ring
+        n, stack, ring = self.n_step, self.stack, self.ring
         # One batch appends up to 2 entries a step; it must not reach the transitions waiting
         # in the previous batch's tail, nor wrap onto itself.
         need = 2 * (steps + n + stack - 1)
@@ -305,7 +293,7 @@ class FrameReplay:
         The window is the previous batch's last ``n`` steps (still waiting) plus this batch. A
         step is ready once ``n`` later steps are stored, or an episode ended within them.
         """
-        n = self.cfg.n_step
+        n = self.n_step
         win_entry = torch.cat([self._tail_entry, entry], 1)
         win_done = torch.cat([self._tail_done, done], 1)
         win_exists = torch.cat([self._tail_exists, torch.ones_like(done)], 1)
@@ -367,7 +355,7 @@ class FrameReplay:
         (the key TorchRL's value estimators raise gamma to), ``index`` int64 ids for
         ``update_priority`` and, when prioritized, ``_weight`` float ``[B]``: (N P(i)) ** -beta
         divided by its maximum over the buffer. ``beta`` None keeps the last one given
-        (initially cfg.beta).
+        (initially ``beta``).
         """
         if self._num_valid == 0:
             raise RuntimeError("no transition can be sampled yet (n-step targets pending)")
@@ -384,7 +372,7 @@ class FrameReplay:
         ret = torch.zeros(batch_size, dtype=torch.float32)
         ended = torch.zeros(batch_size, dtype=torch.bool)
         terminal = torch.zeros(batch_size, dtype=torch.bool)
-        for i in range(self.cfg.n_step):
+        for i in range(self.n_step):
             s = self._slots(env, entry + i)
             stop, term = self._get("done", s), self._get("terminated", s)
             if self.life_loss_boundary:
@@ -412,7 +400,7 @@ class FrameReplay:
             "index": entry * self.num_envs + env,
             "next": TensorDict(nxt, batch_size=[batch_size]),
         }
-        if self.cfg.prioritized:
+        if self.prioritized:
             out["_weight"] = torch.as_tensor(info["priority_weight"]).to(torch.float32)
         td = TensorDict(out, batch_size=[batch_size])
         return td if self.device.type == "cpu" else td.to(self.device)
@@ -423,7 +411,7 @@ class FrameReplay:
         Stored as ``(priority + eps) ** alpha`` by TorchRL's sampler. Transitions overwritten
         since they were sampled are skipped.
         """
-        if not self.cfg.prioritized:
+        if not self.prioritized:
             return
         index = torch.as_tensor(index, dtype=torch.int64).reshape(-1).cpu()
         priority = torch.as_tensor(priority).detach().reshape(-1).to("cpu", torch.float64)
@@ -440,8 +428,8 @@ class FrameReplay:
             "num_envs": self.num_envs,
             "ring": self.ring,
             "stack": self.stack,
-            "n_step": self.cfg.n_step,
-            "prioritized": self.cfg.prioritized,
+            "n_step": self.n_step,
+            "prioritized": self.prioritized,
             "obs_shape": self.obs_shape,
         }
 

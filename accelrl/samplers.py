@@ -14,10 +14,12 @@ import functools
 import logging
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictModuleBase
+from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torchrl.envs import EnvBase, TransformedEnv
 from torchrl.envs.transforms import BatchSizeTransform
 from torchrl.envs.utils import ExplorationType, set_exploration_type
@@ -53,6 +55,48 @@ def policy_lag(batch: TensorDictBase, version: int) -> tuple[int, float]:
     acted = batch.get(VERSION_KEY)
     lag = version - acted
     return int(lag.max()), float(lag.float().mean())
+
+
+class PolicyLag:
+    """The policy-lag rule of asynchronous collection (``collector.kind`` async, batched).
+
+    With kind async, ``acting(policy)`` appends a ``VersionStamp`` so every step records the
+    learner's update count of the weights that took it (the batched server stamps its own).
+    ``accept(batch, progress)`` measures how many updates behind the oldest step is, and refuses
+    (and counts as dropped) a batch more than ``max_policy_lag`` behind; ``fresh(batch)`` drops
+    the values collected with older weights, so the learner recomputes them with its current
+    critic. With synchronous kinds every batch has lag 0 and passes unchanged.
+    """
+
+    def __init__(self, cfg: Any, start_version: int, device: torch.device) -> None:
+        self.max_lag = cfg.max_policy_lag
+        self.stamp = VersionStamp(start_version).to(device) if cfg.kind == "async" else None
+        self.metrics: dict[str, float] = {}
+
+    def acting(self, policy: torch.nn.Module) -> torch.nn.Module:
+        """The module collectors act with: ``policy``, stamped with its version (async)."""
+        if self.stamp is None:
+            return policy
+        return TensorDictSequential(policy, self.stamp)
+
+    def accept(self, batch: TensorDictBase, progress: Any) -> bool:
+        lag_max, lag_mean = policy_lag(batch, progress.updates)
+        self.metrics = {"async/policy_lag_max": lag_max, "async/policy_lag_mean": lag_mean}
+        if lag_max > self.max_lag:
+            progress.dropped(batch)
+            return False
+        return True
+
+    def fresh(self, batch: TensorDictBase) -> TensorDictBase:
+        """``batch`` without what older weights computed (values, trunk features)."""
+        if self.metrics.get("async/policy_lag_max", 0) > 0:
+            return batch.exclude("state_value", "hidden")
+        return batch
+
+    def bump(self) -> None:
+        """The learner's weights moved on by one update (call before sending them)."""
+        if self.stamp is not None:
+            self.stamp.bump()
 
 
 @torch.no_grad()
@@ -223,10 +267,22 @@ class BatchedInferenceCollector:
     def update_policy_weights_(self) -> None:
         """Copy the learner's weights into the server's model between two forward passes; the
         server bumps its policy version."""
-        weights = TensorDict.from_module(self.policy).data
-        self._inner._server.update_model(
-            lambda model: TensorDict.from_module(model).data.update_(weights)
-        )
+        # TorchRL snapshots the weights (a clone), then copies them in under the server's lock.
+        self._inner.update_policy_weights_(TensorDict.from_module(self.policy).data)
 
-    def shutdown(self) -> None:
-        self._inner.shutdown()
+    @property
+    def procs(self) -> list[Any]:
+        """Worker processes for ``accelrl.collect.WatchedCollector`` to watch: none.
+        ``AsyncBatchedCollector`` lists no processes publicly; its env pool checks the liveness
+        of its own workers and raises when one dies."""
+        return []
+
+    def pause(self, timeout: float | None = 30.0) -> AbstractContextManager[None]:
+        """Context in which the server and simulators stay idle (``AsyncBatchedCollector.pause``);
+        steps finished before it are yielded after."""
+        return self._inner.pause(timeout=timeout)
+
+    def shutdown(self, timeout: float | None = None, raise_on_error: bool = True) -> None:
+        """Stop the server, coordinator threads and simulator processes (TorchRL's default
+        ``timeout`` is 5 s)."""
+        self._inner.shutdown(timeout=timeout, raise_on_error=raise_on_error)

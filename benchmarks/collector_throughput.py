@@ -98,9 +98,10 @@ class BackgroundSegment:
             return None
 
     def _settle(self) -> None:
-        inner = getattr(self.collector, "_inner", None)
-        if inner is not None and hasattr(inner, "pause"):
-            self._pause = inner.pause()
+        from accelrl.samplers import BatchedInferenceCollector
+
+        if isinstance(self.collector, BatchedInferenceCollector):
+            self._pause = self.collector.pause()
             self._pause.__enter__()
             return
         deadline = time.perf_counter() + 10.0
@@ -175,7 +176,7 @@ def build_accelrl(
     extra = {"kind": kind} if kind != "sync" else {}
     collector = make_collector(
         EnvConfig(game=game, num_envs=num_envs, async_batch_size=async_rows),
-        CollectorConfig(num_workers=num_workers, frames_per_batch=fpb, **extra),
+        CollectorConfig(num_workers=num_workers, steps_per_batch=fpb, **extra),
         make_policy(num_actions, device),
         seed=seed,
         plan=plan_threads(ThreadsConfig(), num_workers),

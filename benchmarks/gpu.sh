@@ -79,10 +79,10 @@ PONG_BUDGET=$(($(left) - 30))
 [ "$QUICK" = 1 ] && [ "$PONG_BUDGET" -gt 40 ] && PONG_BUDGET=40
 if [ "$PONG_BUDGET" -ge 30 ]; then
     if [ "$QUICK" = 1 ]; then
-        PONG_FLAGS=(--env.num-envs 8 --collector.frames-per-batch 256 --ppo.minibatches 4)
+        PONG_FLAGS=(--env.num-envs 8 --collector.steps-per-batch 256 --ppo.minibatches 4)
     else
         # The paper's deterministic ALE (no sticky actions); T = 128 steps per simulator.
-        PONG_FLAGS=(--env.num-envs "$PONG_ENVS" --collector.frames-per-batch $((PONG_ENVS * 128))
+        PONG_FLAGS=(--env.num-envs "$PONG_ENVS" --collector.steps-per-batch $((PONG_ENVS * 128))
             --ppo.minibatches 4 --env.sticky-actions 0 --total-frames 10000000)
     fi
     TTS_TMP=$(mktemp -d)

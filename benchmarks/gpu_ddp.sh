@@ -22,7 +22,7 @@ common=(--env.game Pong --total-frames 1000000000 --device "$DEVICE" --log.no-pr
 run() {  # name ranks envs-per-rank
     local name=$1 ranks=$2 envs=$3 dir="$OUT/ddp-$1"
     rm -rf "$dir"
-    local args=("${common[@]}" --env.num-envs "$envs" --collector.frames-per-batch $((envs * 128))
+    local args=("${common[@]}" --env.num-envs "$envs" --collector.steps-per-batch $((envs * 128))
                 --threads.sim-threads $((cores / ranks)) --run-dir "$dir")
     if [ "$ranks" = 1 ]; then
         timeout -s TERM "$SECONDS_PER_RUN" "$PY" recipes/ppo_atari.py "${args[@]}" \

@@ -130,7 +130,7 @@ def recipe_config(algo: str, s, seed: int, run_dir: str, threads: int = 1):
         from recipes.dqn_atari import Config
 
         cfg = Config()
-        cfg.collector.frames_per_batch = s.steps_per_batch
+        cfg.collector.steps_per_batch = s.steps_per_batch
         cfg.dqn = DQNConfig(
             double=s.double,
             dueling=s.dueling,
@@ -145,7 +145,7 @@ def recipe_config(algo: str, s, seed: int, run_dir: str, threads: int = 1):
             adam_eps=s.adam_eps,
             gamma=s.gamma,
             training_intensity=s.training_intensity,
-            learning_starts=s.learning_starts,
+            learning_starts_frames=s.learning_starts,
             target_update_interval=s.target_update_interval,
             tau=s.tau,
             eps_start=s.eps_start,
@@ -161,7 +161,7 @@ def recipe_config(algo: str, s, seed: int, run_dir: str, threads: int = 1):
         from recipes.ppo_atari import Config
 
         cfg = Config()
-        cfg.collector.frames_per_batch = s.num_envs * s.steps
+        cfg.collector.steps_per_batch = s.num_envs * s.steps
         cfg.ppo = PPOConfig(
             lr=s.lr,
             anneal_lr=s.anneal_lr,
@@ -183,7 +183,7 @@ def recipe_config(algo: str, s, seed: int, run_dir: str, threads: int = 1):
         from recipes.a2c_atari import Config
 
         cfg = Config()
-        cfg.collector.frames_per_batch = s.num_envs * s.steps
+        cfg.collector.steps_per_batch = s.num_envs * s.steps
         cfg.a2c = A2CConfig(
             optimizer="rmsprop",
             lr=s.lr,

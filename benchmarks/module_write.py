@@ -107,7 +107,7 @@ def collector_ab(rounds: int, seconds: float) -> None:
     for seed, (name, variant) in enumerate({"direct": policy, "plain": plain_copy(policy)}.items()):
         collectors[name] = make_collector(
             EnvConfig(game="Pong", num_envs=8),
-            CollectorConfig(num_workers=0, frames_per_batch=8 * 64),
+            CollectorConfig(num_workers=0, steps_per_batch=8 * 64),
             variant,
             seed=seed,
             plan=plan_threads(ThreadsConfig(), 0),

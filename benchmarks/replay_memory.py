@@ -29,7 +29,7 @@ import torch
 from tensordict import TensorDict
 
 from accelrl.models import NatureCNN
-from accelrl.replay import FrameReplay, ReplayConfig
+from accelrl.replay import FrameReplay
 from benchmarks.common import machine_info, median, print_table, write_json
 
 NUM_ENVS = 16
@@ -129,9 +129,16 @@ def measure(
     torch.manual_seed(0)
     folder = Path(tempfile.mkdtemp(prefix="replay_bench_", dir=storage_dir))
     try:
-        cfg = ReplayConfig(capacity=capacity, prioritized=True, n_step=3, storage_dir=str(folder))
         buf = FrameReplay(
-            cfg, num_envs=NUM_ENVS, obs_key="pixels", obs_shape=(4, 84, 84), stack=4, gamma=0.99
+            capacity=capacity,
+            prioritized=True,
+            n_step=3,
+            storage_dir=str(folder),
+            num_envs=NUM_ENVS,
+            obs_key="pixels",
+            obs_shape=(4, 84, 84),
+            stack=4,
+            gamma=0.99,
         )
         gen = torch.Generator().manual_seed(0)
         # Batches of up to STEPS steps per env; small buffers need shorter ones (the replay

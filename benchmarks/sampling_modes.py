@@ -50,7 +50,7 @@ def train_once(mode: str, frames: int, root: Path) -> dict[str, float]:
     cfg.collector.kind = kind
     cfg.collector.num_workers = workers
     # One batch = 8 simulators x 64 steps in every mode (async: one worker's 4 x 128).
-    cfg.collector.frames_per_batch = 512
+    cfg.collector.steps_per_batch = 512
     algo.epochs, algo.minibatches = 2, 4
     cfg.total_frames = frames
     cfg.log.progress = False

@@ -103,7 +103,7 @@ def recommend(results: list[dict[str, Any]]) -> dict[str, Any]:
         "best_frames_per_s": best,
         "flags": (
             f"--env.num-envs {pick['sims_per_worker']} --collector.num-workers {workers} "
-            f"--collector.frames-per-batch {sims * PPO_STEPS}"
+            f"--collector.steps-per-batch {sims * PPO_STEPS}"
         ),
     }
 

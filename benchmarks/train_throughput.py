@@ -125,27 +125,27 @@ def make_config(
     if spec.name in ("ppo", "appo"):
         if num_envs:
             cfg.env.num_envs = num_envs
-        steps = 16 if quick else cfg.collector.frames_per_batch // cfg.env.num_envs
+        steps = 16 if quick else cfg.collector.steps_per_batch // cfg.env.num_envs
         procs = 1 if getattr(cfg.collector, "kind", "sync") == "async" else None
         procs = procs or max(1, cfg.collector.num_workers)
-        cfg.collector.frames_per_batch = cfg.env.num_envs * procs * steps
+        cfg.collector.steps_per_batch = cfg.env.num_envs * procs * steps
     elif spec.name == "a2c":
         if num_envs:
-            steps = cfg.collector.frames_per_batch // cfg.env.num_envs
+            steps = cfg.collector.steps_per_batch // cfg.env.num_envs
             cfg.env.num_envs = num_envs
-            cfg.collector.frames_per_batch = num_envs * steps
+            cfg.collector.steps_per_batch = num_envs * steps
     else:
         algo.preset = spec.preset or "none"
         algo.replay_capacity = 10_000 if quick else 50_000
         if quick and spec.preset == "dqn-512":
             # 16 instead of 64 simulators: starting 64 emulators takes ~15 s on 2 cores.
-            cfg.env.num_envs, cfg.collector.frames_per_batch = 16, 64
+            cfg.env.num_envs, cfg.collector.steps_per_batch = 16, 64
         cfg = mod.resolve(cfg)
         algo = cfg.dqn
         # Learning starts after the first batch: every later iteration updates.
-        algo.learning_starts = cfg.collector.frames_per_batch * FRAMESKIP
+        algo.learning_starts_frames = cfg.collector.steps_per_batch * FRAMESKIP
     iters = spec.iterations[quick]
-    cfg.total_frames = iters * cfg.collector.frames_per_batch * FRAMESKIP
+    cfg.total_frames = iters * cfg.collector.steps_per_batch * FRAMESKIP
     return cfg
 
 
@@ -168,14 +168,14 @@ def plain_runner(spec: TrainSpec, cfg: Any, seed: int) -> Callable[[], list[Reco
     """The plain loop with ``cfg``'s settings, simulator threads and learner torch threads."""
     from accelrl.collect import plan_threads
 
-    iterations = cfg.total_frames // (cfg.collector.frames_per_batch * FRAMESKIP)
+    iterations = cfg.total_frames // (cfg.collector.steps_per_batch * FRAMESKIP)
     plan = plan_threads(cfg.threads, 0)  # plain loops run the simulators in-process
     learner_threads = plan_threads(cfg.threads, cfg.collector.num_workers).learner_torch
     kw = dict(device=cfg.device, threads=plan.sim_threads, seed=seed, sticky=cfg.env.sticky_actions)
     # One batch: every simulator T steps (async: one worker's simulators).
     kind = getattr(cfg.collector, "kind", "sync")
     envs = cfg.env.num_envs * (1 if kind == "async" else max(1, cfg.collector.num_workers))
-    steps = cfg.collector.frames_per_batch // envs
+    steps = cfg.collector.steps_per_batch // envs
     if spec.name in ("ppo", "appo"):
         a = getattr(cfg, spec.section)
         s = PPOSettings(
@@ -215,7 +215,7 @@ def plain_runner(spec: TrainSpec, cfg: Any, seed: int) -> Callable[[], list[Reco
             return plain_a2c(cfg.env.game, s2, iterations, **kw)
     else:
         s3 = dqn_settings(
-            cfg.dqn, envs, cfg.collector.frames_per_batch, total_frames=cfg.total_frames
+            cfg.dqn, envs, cfg.collector.steps_per_batch, total_frames=cfg.total_frames
         )
 
         def run() -> list[Record]:
@@ -238,14 +238,14 @@ def describe(spec: TrainSpec, cfg: Any) -> str:
         a = getattr(cfg, spec.section)
         procs = f"{c.num_workers}w x " if c.num_workers else ""
         return (
-            f"{kind} {procs}{e.num_envs} envs, batch {c.frames_per_batch}, "
+            f"{kind} {procs}{e.num_envs} envs, batch {c.steps_per_batch}, "
             f"{a.epochs}x{a.minibatches} minibatches"
         )
     if spec.name == "a2c":
-        return f"{e.num_envs} envs x {c.frames_per_batch // e.num_envs} steps"
+        return f"{e.num_envs} envs x {c.steps_per_batch // e.num_envs} steps"
     d = cfg.dqn
     return (
-        f"{e.num_envs} envs x {c.frames_per_batch // e.num_envs}, batch {d.batch_size}, "
+        f"{e.num_envs} envs x {c.steps_per_batch // e.num_envs}, batch {d.batch_size}, "
         f"intensity {d.training_intensity:g}, replay {d.replay_capacity // 1000}k"
     )
 

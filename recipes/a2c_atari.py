@@ -1,7 +1,8 @@
 """A2C on Atari (Mnih et al. 2016, synchronous), batched as in Stooke & Abbeel (2018).
 
     python recipes/a2c_atari.py                        # Pong, 10M frames, 16 envs x 5 steps
-    python recipes/a2c_atari.py --env.num-envs 64 --collector.frames-per-batch 320 --a2c.lr 1.4e-3
+    python recipes/a2c_atari.py --env.num-envs 64 --collector.steps-per-batch 320 --a2c.lr 1.4e-3
+    python recipes/a2c_atari.py --collector.kind async --collector.num-workers 2   # A3C-style
     python recipes/a2c_atari.py --help                 # every knob
 
 Import it to reuse: ``from recipes.a2c_atari import Config, train``.
@@ -9,21 +10,21 @@ Import it to reuse: ``from recipes.a2c_atari import Config, train``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from accelrl.algos.a2c import A2C, A2CConfig, validate_a2c
 from accelrl.cli import run_recipe
-from accelrl.config import (
-    CollectorConfig,
-    EnvConfig,
-    RunConfig,
-    require_whole_trajectories,
-    validate_common,
-)
+from accelrl.collect import run_collector
+from accelrl.config import CollectorConfig, EnvConfig, RunConfig
+from accelrl.envs import describe_env
 from accelrl.models import make_actor_critic
-from accelrl.runner import Run
+from accelrl.process import lr_scale, setup_process
+from accelrl.progress import Every
+from accelrl.run_folder import RunFolder
+from accelrl.samplers import PolicyLag
+from accelrl.validate import require_whole_trajectories, validate_common
 
 
 @dataclass
@@ -32,7 +33,7 @@ class Config(RunConfig):
 
     env: EnvConfig = field(default_factory=lambda: EnvConfig(num_envs=16))
     a2c: A2CConfig = field(default_factory=A2CConfig)
-    collector: CollectorConfig = field(default_factory=lambda: CollectorConfig(frames_per_batch=80))
+    collector: CollectorConfig = field(default_factory=lambda: CollectorConfig(steps_per_batch=80))
     """Default batch: 80 agent steps = 16 envs x 5 steps."""
 
 
@@ -43,25 +44,62 @@ def validate(cfg: Config) -> None:
     require_whole_trajectories(cfg.env, "A2C")
 
 
-def make_agent(cfg: Config, env_spec: dict, device: torch.device) -> A2C:
-    """The actor-critic (one Nature CNN shared by both heads on frames, two MLPs on vector
-    inputs) and its A2C learner; ``accelrl.play`` rebuilds a trained agent with it."""
+def make_agent(cfg: Config, env_spec: dict, device: torch.device, lr_scale: float = 1.0) -> A2C:
+    """The actor-critic (TorchRL's ``ActorValueOperator``: one Nature CNN shared by both heads
+    on frames, two MLPs on vector inputs) and its A2C learner (n-step returns through TorchRL's
+    ``GAE`` at lambda 1, ``A2CLoss``, RMSprop at ``lr_scale`` x ``a2c.lr``); ``accelrl.play``
+    rebuilds a trained agent with it."""
     model = make_actor_critic(**env_spec, mlp_hidden=cfg.model.mlp_hidden).to(device)
-    return A2C(model, cfg.a2c, device)
+    a2c_cfg = replace(cfg.a2c, lr=cfg.a2c.lr * lr_scale)
+    return A2C(model, a2c_cfg, device, on_nonfinite=cfg.on_nonfinite)
 
 
 def train(cfg: Config) -> dict:
     """Train A2C; returns final frames, updates, episodes, mean return of the last 100, frames/s."""
     validate(cfg)
-    run = Run(cfg, algo="a2c")
+    proc = setup_process(cfg)  # process group, device, thread plan, seeds, stop signals
+    scale = lr_scale(proc.world_size, cfg.dist.lr_scaling)  # N data-parallel ranks
+    with RunFolder(cfg, "a2c", proc, resolved={"lr_scale": scale}) as run:
+        a2c = make_agent(cfg, describe_env(cfg.env), proc.device, lr_scale=scale)
+        progress = run.restore(a2c.actor, a2c=a2c)  # --resume: weights, optimizer, counters
+        if progress.done:
+            return run.finish(progress)
 
-    a2c = make_agent(cfg, run.env_spec, run.device)
-    run.attach(policy=a2c.actor, a2c=a2c)
-
-    # Each iteration: every simulator steps T times with the current policy (one batched forward
-    # pass gives all actions and state values), then n-step returns (or GAE) and one gradient
-    # step on the whole batch (``A2C.update``).
-    return run.train_on_policy(a2c)
+        # Simulators: make_env's vector env (ale-py's AtariVectorEnv, preprocessing in C++)
+        # inside TorchRL's Collector, or its MultiSyncCollector with --collector.num-workers
+        # (the other --collector.kind choices: accelrl.collect.make_collector). One batched
+        # forward pass acts for all simulators and records the state values the returns need.
+        lag = PolicyLag(cfg.collector, progress.updates, proc.device)  # async kinds only
+        collector = run_collector(cfg, proc, lag.acting(a2c.policy), progress.updates)
+        evaluation_due = Every(cfg.log.eval_every_frames, progress.frames)
+        video_due = Every(cfg.log.video_every_frames, progress.frames)
+        checkpoint_due = Every(cfg.log.checkpoint_every_frames, progress.frames)
+        try:
+            for batch in collector:  # [envs, T] (or [workers, envs, T]) agent steps
+                if not lag.accept(batch, progress):
+                    continue  # acted by weights more than --collector.max-policy-lag behind
+                progress.collected(batch)
+                run.episodes(batch, progress.frames)
+                # n-step returns (or GAE) over the batch, then one gradient step on all of it.
+                metrics = a2c.update(lag.fresh(batch), progress=progress.fraction)
+                lag.bump()
+                collector.update_policy_weights_()  # the workers act with the new weights
+                metrics |= {**lag.metrics, **progress.updated()}
+                run.log(progress, metrics)
+                if proc.signals.requested():  # SLURM preemption / time limit
+                    run.stop(progress)  # checkpoint, then requeue or exit
+                if evaluation_due(progress.frames):
+                    run.evaluate(progress.frames)
+                if video_due(progress.frames):
+                    run.record_video(progress.frames)
+                if checkpoint_due(progress.frames):
+                    run.checkpoint(progress)
+                progress.restart_clock()
+                if progress.done:
+                    break
+        finally:
+            collector.shutdown()
+        return run.finish(progress)
 
 
 if __name__ == "__main__":

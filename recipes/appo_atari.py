@@ -14,15 +14,21 @@ Import it to reuse: ``from recipes.appo_atari import Config, train``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from accelrl.algos.ppo import PPO, APPOConfig, validate_ppo
 from accelrl.cli import run_recipe
-from accelrl.config import CollectorConfig, RunConfig, require_whole_trajectories, validate_common
+from accelrl.collect import run_collector
+from accelrl.config import CollectorConfig, RunConfig
+from accelrl.envs import describe_env
 from accelrl.models import make_actor_critic
-from accelrl.runner import Run
+from accelrl.process import lr_scale, setup_process
+from accelrl.progress import Every
+from accelrl.run_folder import RunFolder
+from accelrl.samplers import PolicyLag
+from accelrl.validate import require_whole_trajectories, validate_common
 
 
 @dataclass
@@ -31,7 +37,7 @@ class Config(RunConfig):
 
     appo: APPOConfig = field(default_factory=APPOConfig)
     collector: CollectorConfig = field(
-        default_factory=lambda: CollectorConfig(kind="async", num_workers=2, frames_per_batch=1024)
+        default_factory=lambda: CollectorConfig(kind="async", num_workers=2, steps_per_batch=1024)
     )
     """Default: 2 worker processes; each batch is one worker's 8 envs x 128 steps."""
 
@@ -39,30 +45,67 @@ class Config(RunConfig):
 def validate(cfg: Config) -> None:
     """Every check, before any simulator or worker starts."""
     validate_common(cfg)
-    validate_ppo(cfg.appo, cfg.collector.frames_per_batch, prefix="appo")
+    validate_ppo(cfg.appo, cfg.collector.steps_per_batch, prefix="appo")
     require_whole_trajectories(cfg.env, "APPO")
 
 
-def make_agent(cfg: Config, env_spec: dict, device: torch.device) -> PPO:
-    """The actor-critic (one Nature CNN shared by both heads on frames, two MLPs on vector
-    inputs) and its APPO learner; ``accelrl.play`` rebuilds a trained agent with it."""
+def make_agent(cfg: Config, env_spec: dict, device: torch.device, lr_scale: float = 1.0) -> PPO:
+    """The actor-critic (TorchRL's ``ActorValueOperator``: one Nature CNN shared by both heads
+    on frames, two MLPs on vector inputs) and its APPO learner (PPO's ``ClipPPOLoss`` with
+    ``GAE`` or ``VTrace`` targets, Adam at ``lr_scale`` x ``appo.lr``); ``accelrl.play``
+    rebuilds a trained agent with it."""
     model = make_actor_critic(**env_spec, mlp_hidden=cfg.model.mlp_hidden).to(device)
-    return PPO(model, cfg.appo, device)
+    appo_cfg = replace(cfg.appo, lr=cfg.appo.lr * lr_scale)
+    return PPO(model, appo_cfg, device, on_nonfinite=cfg.on_nonfinite)
 
 
 def train(cfg: Config) -> dict:
     """Train APPO; returns frames, updates, episodes, mean return of the last 100, frames/s."""
     validate(cfg)
-    run = Run(cfg, algo="appo")
+    proc = setup_process(cfg)  # process group, device, thread plan, seeds, stop signals
+    scale = lr_scale(proc.world_size, cfg.dist.lr_scaling)  # N data-parallel ranks
+    with RunFolder(cfg, "appo", proc, resolved={"lr_scale": scale}) as run:
+        appo = make_agent(cfg, describe_env(cfg.env), proc.device, lr_scale=scale)
+        progress = run.restore(appo.actor, appo=appo)  # --resume: weights, optimizer, counters
+        if progress.done:
+            return run.finish(progress)
 
-    appo = make_agent(cfg, run.env_spec, run.device)
-    run.attach(policy=appo.actor, appo=appo)
-
-    # Each iteration: take the next batch any worker finished (acted by weights up to
-    # max_policy_lag updates old), recompute values with the current critic, GAE or V-trace
-    # targets, epochs x minibatches of clipped updates; the new weights go to the workers
-    # while they keep collecting.
-    return run.train_on_policy(appo)
+        # Simulators: make_env's vector env (ale-py's AtariVectorEnv, preprocessing in C++) in
+        # each worker of TorchRL's MultiAsyncCollector, which yields whichever worker's batch
+        # is ready while the others keep stepping. Every step is stamped with the version
+        # (update count) of the weights that took it.
+        lag = PolicyLag(cfg.collector, progress.updates, proc.device)
+        collector = run_collector(cfg, proc, lag.acting(appo.policy), progress.updates)
+        evaluation_due = Every(cfg.log.eval_every_frames, progress.frames)
+        video_due = Every(cfg.log.video_every_frames, progress.frames)
+        checkpoint_due = Every(cfg.log.checkpoint_every_frames, progress.frames)
+        try:
+            for batch in collector:  # [envs, T] agent steps of one worker
+                if not lag.accept(batch, progress):
+                    continue  # acted by weights more than --collector.max-policy-lag behind
+                progress.collected(batch)
+                run.episodes(batch, progress.frames)
+                # A lagged batch's values are recomputed with the current critic (lag.fresh);
+                # GAE or V-trace targets, then epochs x minibatches of clipped steps.
+                metrics = appo.update(lag.fresh(batch), progress=progress.fraction)
+                lag.bump()
+                collector.update_policy_weights_()  # workers pick them up between batches
+                metrics |= {**lag.metrics, **progress.updated()}
+                run.log(progress, metrics)
+                if proc.signals.requested():  # SLURM preemption / time limit
+                    run.stop(progress)  # checkpoint, then requeue or exit
+                if evaluation_due(progress.frames):
+                    run.evaluate(progress.frames)
+                if video_due(progress.frames):
+                    run.record_video(progress.frames)
+                if checkpoint_due(progress.frames):
+                    run.checkpoint(progress)
+                progress.restart_clock()
+                if progress.done:
+                    break
+        finally:
+            collector.shutdown()
+        return run.finish(progress)
 
 
 if __name__ == "__main__":

@@ -18,16 +18,14 @@ import torch
 from accelrl.algos.dqn import DQN, DQNConfig, apply_preset, preset_num_envs, validate_dqn
 from accelrl.async_replay import ReplayFeeder, SyncReplay
 from accelrl.cli import run_recipe
-from accelrl.config import (
-    CollectorConfig,
-    ConfigError,
-    EnvConfig,
-    RunConfig,
-    require_whole_trajectories,
-    validate_common,
-)
-from accelrl.replay import FrameReplay, ReplayConfig
-from accelrl.runner import Run
+from accelrl.collect import WatchedCollector, run_collector
+from accelrl.config import CollectorConfig, EnvConfig, RunConfig, rows_per_batch
+from accelrl.envs import describe_env
+from accelrl.process import lr_scale, setup_process
+from accelrl.progress import Every
+from accelrl.replay import FrameReplay
+from accelrl.run_folder import RunFolder
+from accelrl.validate import ConfigError, require_whole_trajectories, validate_common
 
 
 @dataclass
@@ -35,7 +33,7 @@ class Config(RunConfig):
     """DQN family on Atari. Frames are emulator frames (agent steps x frameskip)."""
 
     dqn: DQNConfig = field(default_factory=DQNConfig)
-    collector: CollectorConfig = field(default_factory=lambda: CollectorConfig(frames_per_batch=32))
+    collector: CollectorConfig = field(default_factory=lambda: CollectorConfig(steps_per_batch=32))
     """Default: 8 envs x 4 steps between update phases."""
 
 
@@ -47,7 +45,7 @@ def resolve(cfg: Config) -> Config:
     env, collector = cfg.env, cfg.collector
     if env.num_envs == EnvConfig().num_envs:
         env = replace(env, num_envs=preset_num_envs(dqn))
-        collector = replace(collector, frames_per_batch=env.num_envs * 4)
+        collector = replace(collector, steps_per_batch=env.num_envs * 4)
     return replace(cfg, dqn=dqn, env=env, collector=collector)
 
 
@@ -66,16 +64,19 @@ def validate(cfg: Config) -> None:
         )
 
 
-def make_agent(cfg: Config, env_spec: dict, device: torch.device) -> DQN:
-    """The Q-network (Nature CNN or MLP trunk; dueling and C51 heads as configured), its target
-    and the DQN loss; ``accelrl.play`` rebuilds a trained agent with it. Pass a resolved config."""
+def make_agent(cfg: Config, env_spec: dict, device: torch.device, lr_scale: float = 1.0) -> DQN:
+    """The Q-network (Nature CNN or MLP trunk; dueling and C51 heads as configured) in TorchRL's
+    ``QValueActor`` / ``DistributionalQValueActor``, its target network, ``DQNLoss`` /
+    ``DistributionalDQNLoss`` and Adam at ``lr_scale`` x ``dqn.lr``; ``accelrl.play`` rebuilds a
+    trained agent with it. Pass a resolved config."""
     return DQN(
-        cfg.dqn,
+        replace(cfg.dqn, lr=cfg.dqn.lr * lr_scale),
         obs_key=env_spec["obs_key"],
         obs_shape=env_spec["obs_shape"],
         num_actions=env_spec["num_actions"],
         device=device,
         mlp_hidden=cfg.model.mlp_hidden,
+        on_nonfinite=cfg.on_nonfinite,
     )
 
 
@@ -83,75 +84,106 @@ def train(cfg: Config) -> dict:
     """Train a DQN-family agent; returns final frames, episodes, mean return of the last 100."""
     validate(cfg)
     cfg = resolve(cfg)
-    run = Run(cfg, algo="dqn")
-
-    spec = run.env_spec
-    dqn = make_agent(cfg, spec, run.device)
-    # Frames are stored once per step; stacks and n-step targets are rebuilt when sampled.
-    replay = FrameReplay(
-        ReplayConfig(
+    proc = setup_process(cfg)  # process group, device, thread plan, seeds, stop signals
+    scale = lr_scale(proc.world_size, cfg.dist.lr_scaling)  # N data-parallel ranks
+    with RunFolder(cfg, "dqn", proc, resolved={"lr_scale": scale}) as run:
+        spec = describe_env(cfg.env)
+        dqn = make_agent(cfg, spec, proc.device, lr_scale=scale)
+        # Replay: each frame stored once per step; stacks and n-step targets rebuilt when
+        # sampled; uniform or prioritized through TorchRL's PrioritizedSampler.
+        replay = FrameReplay(
             capacity=cfg.dqn.replay_capacity,
+            n_step=cfg.dqn.n_step,
             prioritized=cfg.dqn.prioritized,
             alpha=cfg.dqn.priority_alpha,
             beta=cfg.dqn.priority_beta,
-            n_step=cfg.dqn.n_step,
             storage_dir=cfg.dqn.replay_dir,
-        ),
-        num_envs=cfg.env.num_envs * max(1, cfg.collector.num_workers),
-        obs_key=spec["obs_key"],
-        obs_shape=spec["obs_shape"],
-        stack=spec["obs_shape"][0] if spec["obs_key"] == "pixels" else 1,
-        gamma=cfg.dqn.gamma,
-        life_loss_boundary=cfg.dqn.life_loss_boundary,
-        device=run.device,
-    )
-    run.attach(policy=dqn.eval_policy, dqn=dqn)
-    # Updates per collected batch keep replayed / collected samples at the training intensity.
-    per_batch = cfg.dqn.training_intensity * cfg.collector.frames_per_batch / cfg.dqn.batch_size
-    # After a resume the replay refills: updates wait for learning_starts new frames.
-    learning_starts = cfg.dqn.learning_starts // run.frame_skip
-
-    if cfg.dqn.asynchronous:
-        # Collection runs in a background thread (own policy copy, weights copied after
-        # updates); the learner waits only when it would replay more than the intensity allows.
-        source = ReplayFeeder(
-            run.make_collector,
-            dqn.policy,
-            replay,
-            intensity=cfg.dqn.training_intensity,
-            frames_per_batch=cfg.collector.frames_per_batch,
-            learning_starts=learning_starts,
-            on_stream_break=replay.restart_streams,
+            num_envs=rows_per_batch(cfg.env, cfg.collector),
+            obs_key=spec["obs_key"],
+            obs_shape=spec["obs_shape"],
+            stack=spec["obs_shape"][0] if spec["obs_key"] == "pixels" else 1,
+            gamma=cfg.dqn.gamma,
+            life_loss_boundary=cfg.dqn.life_loss_boundary,
+            device=proc.device,
         )
-    else:
-        source = SyncReplay(run.make_collector(dqn.policy), replay, learning_starts)
-    credit = 0.0
-    try:
-        source.start()
-        while not run.done:
-            run.collected(source.wait_batch())
-            metrics = {
-                **dqn.no_update_metrics(),
-                "train/epsilon": dqn.epsilon(run.frames),
-                "train/replay": len(replay),
-            }
-            if source.learning():
-                credit += per_batch
-                while credit >= 1.0:
-                    sample = source.sample(cfg.dqn.batch_size, beta=dqn.beta(run.progress))
-                    with source.weights_changing():
-                        update_metrics, priority = dqn.update(sample)
-                    if priority is not None:  # None: a skipped non-finite step
-                        source.update_priority(sample.get("index"), priority)
-                    credit -= 1.0
-                metrics.update(update_metrics)
-            metrics["train/replay_ratio"] = source.ratio()
-            dqn.set_epsilon(dqn.epsilon(run.frames))
-            source.publish_weights()
-            run.updated(metrics)
-    finally:
-        source.close()
-    return run.finish()
+        # With --dqn.replay-dir the replay's frames live on disk and checkpoints hold its index
+        # (kilobytes), so a resumed run samples from it at once (one process, synchronous
+        # collection: a feeder thread would write while the checkpoint reads). A replay in RAM
+        # is not saved (7 GB per 1M Atari transitions): a resumed run refills it first.
+        keep = cfg.dqn.replay_dir and not cfg.dqn.asynchronous and proc.world_size == 1
+        saved_replay = {"replay": replay} if keep else {}
+        progress = run.restore(dqn.eval_policy, dqn=dqn, **saved_replay)  # --resume
+        if progress.done:
+            return run.finish(progress)
+
+        # Simulators: make_env's vector env inside TorchRL's Collector (MultiSyncCollector with
+        # --collector.num-workers), acting epsilon-greedily with one batched forward pass.
+        def collector_for(policy: torch.nn.Module) -> WatchedCollector:
+            return run_collector(cfg, proc, policy, progress.updates)
+
+        # Updates wait for learning_starts_frames of new frames (agent steps here), also after a
+        # resume whose replay was not saved.
+        learning_starts = cfg.dqn.learning_starts_frames // progress.frame_skip
+        if cfg.resume and saved_replay:
+            learning_starts = 0
+        if cfg.dqn.asynchronous:
+            # Collection runs in a background thread (own policy copy, weights copied after
+            # updates); the learner waits only when it would replay more than the intensity.
+            source = ReplayFeeder(
+                collector_for,
+                dqn.policy,
+                replay,
+                intensity=cfg.dqn.training_intensity,
+                steps_per_batch=cfg.collector.steps_per_batch,
+                learning_starts=learning_starts,
+                on_stream_break=replay.restart_streams,
+            )
+        else:
+            source = SyncReplay(collector_for(dqn.policy), replay, learning_starts)
+        # Updates per collected batch keep replayed / collected samples at the intensity; the
+        # fractional part carries over as credit.
+        per_batch = cfg.dqn.training_intensity * cfg.collector.steps_per_batch / cfg.dqn.batch_size
+        credit = 0.0
+        evaluation_due = Every(cfg.log.eval_every_frames, progress.frames)
+        video_due = Every(cfg.log.video_every_frames, progress.frames)
+        checkpoint_due = Every(cfg.log.checkpoint_every_frames, progress.frames)
+        try:
+            source.start()
+            while not progress.done:
+                batch = source.wait_batch()  # already written to the replay
+                progress.collected(batch)
+                run.episodes(batch, progress.frames)
+                metrics = dqn.no_update_metrics()
+                if source.learning():
+                    credit += per_batch
+                    while credit >= 1.0:
+                        sample = source.sample(cfg.dqn.batch_size, beta=dqn.beta(progress.fraction))
+                        with source.weights_changing():
+                            metrics, priority = dqn.update(sample)  # target copy when due
+                        if priority is not None:  # None: a skipped non-finite step
+                            source.update_priority(sample.get("index"), priority)
+                        credit -= 1.0
+                dqn.set_epsilon(dqn.epsilon(progress.frames))
+                source.publish_weights()  # the collector acts with the new weights
+                metrics |= {
+                    "train/epsilon": dqn.epsilon(progress.frames),
+                    "train/replay": len(replay),
+                    "train/replay_ratio": source.ratio(),
+                    **progress.updated(),
+                }
+                run.log(progress, metrics)
+                if proc.signals.requested():  # SLURM preemption / time limit
+                    run.stop(progress)  # checkpoint, then requeue or exit
+                if evaluation_due(progress.frames):
+                    run.evaluate(progress.frames)
+                if video_due(progress.frames):
+                    run.record_video(progress.frames)
+                if checkpoint_due(progress.frames):
+                    run.checkpoint(progress)
+                progress.restart_clock()
+        finally:
+            source.close()
+        return run.finish(progress)
 
 
 if __name__ == "__main__":

@@ -9,20 +9,21 @@ Import it to reuse: ``from recipes.ppo_atari import Config, train``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from accelrl.algos.ppo import PPO, PPOConfig, validate_ppo
 from accelrl.cli import run_recipe
-from accelrl.config import (
-    CollectorConfig,
-    RunConfig,
-    require_whole_trajectories,
-    validate_common,
-)
+from accelrl.collect import run_collector
+from accelrl.config import CollectorConfig, RunConfig
+from accelrl.envs import describe_env
 from accelrl.models import make_actor_critic
-from accelrl.runner import Run
+from accelrl.process import lr_scale, setup_process
+from accelrl.progress import Every
+from accelrl.run_folder import RunFolder
+from accelrl.samplers import PolicyLag
+from accelrl.validate import require_whole_trajectories, validate_common
 
 
 @dataclass
@@ -31,7 +32,7 @@ class Config(RunConfig):
 
     ppo: PPOConfig = field(default_factory=PPOConfig)
     collector: CollectorConfig = field(
-        default_factory=lambda: CollectorConfig(frames_per_batch=1024)
+        default_factory=lambda: CollectorConfig(steps_per_batch=1024)
     )
     """Default batch: 1024 agent steps = 8 envs x 128 steps."""
 
@@ -39,29 +40,65 @@ class Config(RunConfig):
 def validate(cfg: Config) -> None:
     """Every check, before any simulator or worker starts."""
     validate_common(cfg)
-    validate_ppo(cfg.ppo, cfg.collector.frames_per_batch)
+    validate_ppo(cfg.ppo, cfg.collector.steps_per_batch)
     require_whole_trajectories(cfg.env, "PPO")
 
 
-def make_agent(cfg: Config, env_spec: dict, device: torch.device) -> PPO:
-    """The actor-critic (one Nature CNN shared by both heads on frames, two MLPs on vector
-    inputs) and its PPO learner; ``accelrl.play`` rebuilds a trained agent with it."""
+def make_agent(cfg: Config, env_spec: dict, device: torch.device, lr_scale: float = 1.0) -> PPO:
+    """The actor-critic (TorchRL's ``ActorValueOperator``: one Nature CNN shared by both heads
+    on frames, two MLPs on vector inputs) and its PPO learner (``GAE``, ``ClipPPOLoss``, Adam at
+    ``lr_scale`` x ``ppo.lr``); ``accelrl.play`` rebuilds a trained agent with it."""
     model = make_actor_critic(**env_spec, mlp_hidden=cfg.model.mlp_hidden).to(device)
-    return PPO(model, cfg.ppo, device)
+    ppo_cfg = replace(cfg.ppo, lr=cfg.ppo.lr * lr_scale)
+    return PPO(model, ppo_cfg, device, on_nonfinite=cfg.on_nonfinite)
 
 
 def train(cfg: Config) -> dict:
     """Train PPO; returns final frames, updates, episodes, mean return of the last 100, frames/s."""
     validate(cfg)
-    run = Run(cfg, algo="ppo")
+    proc = setup_process(cfg)  # process group, device, thread plan, seeds, stop signals
+    scale = lr_scale(proc.world_size, cfg.dist.lr_scaling)  # N data-parallel ranks
+    with RunFolder(cfg, "ppo", proc, resolved={"lr_scale": scale}) as run:
+        ppo = make_agent(cfg, describe_env(cfg.env), proc.device, lr_scale=scale)
+        progress = run.restore(ppo.actor, ppo=ppo)  # --resume: weights, optimizer, counters
+        if progress.done:
+            return run.finish(progress)
 
-    ppo = make_agent(cfg, run.env_spec, run.device)
-    run.attach(policy=ppo.actor, ppo=ppo)
-
-    # Each iteration: every simulator steps T times with the current policy (one batched forward
-    # pass gives all actions and state values), then GAE over the batch and epochs x minibatches
-    # of clipped policy/value updates (``PPO.update``).
-    return run.train_on_policy(ppo)
+        # Simulators: make_env's vector env (ale-py's AtariVectorEnv, preprocessing in C++)
+        # inside TorchRL's Collector, or its MultiSyncCollector with --collector.num-workers
+        # (the other --collector.kind choices: accelrl.collect.make_collector). One batched
+        # forward pass acts for all simulators and records the state values GAE needs.
+        lag = PolicyLag(cfg.collector, progress.updates, proc.device)  # async kinds only
+        collector = run_collector(cfg, proc, lag.acting(ppo.policy), progress.updates)
+        evaluation_due = Every(cfg.log.eval_every_frames, progress.frames)
+        video_due = Every(cfg.log.video_every_frames, progress.frames)
+        checkpoint_due = Every(cfg.log.checkpoint_every_frames, progress.frames)
+        try:
+            for batch in collector:  # [envs, T] (or [workers, envs, T]) agent steps
+                if not lag.accept(batch, progress):
+                    continue  # acted by weights more than --collector.max-policy-lag behind
+                progress.collected(batch)
+                run.episodes(batch, progress.frames)
+                # GAE over the batch, then epochs x minibatches of clipped policy/value steps.
+                metrics = ppo.update(lag.fresh(batch), progress=progress.fraction)
+                lag.bump()
+                collector.update_policy_weights_()  # the workers act with the new weights
+                metrics |= {**lag.metrics, **progress.updated()}
+                run.log(progress, metrics)
+                if proc.signals.requested():  # SLURM preemption / time limit
+                    run.stop(progress)  # checkpoint, then requeue or exit
+                if evaluation_due(progress.frames):
+                    run.evaluate(progress.frames)
+                if video_due(progress.frames):
+                    run.record_video(progress.frames)
+                if checkpoint_due(progress.frames):
+                    run.checkpoint(progress)
+                progress.restart_clock()
+                if progress.done:
+                    break
+        finally:
+            collector.shutdown()
+        return run.finish(progress)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from typing import Any
 
 from accelrl.checkpoint import list_checkpoints
 from accelrl.cli import FlagError, parse_flags, validate_recipe_config
-from accelrl.config import ConfigError
+from accelrl.validate import ConfigError
 
 
 class LaunchError(ValueError):

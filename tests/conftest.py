@@ -49,8 +49,8 @@ def _slurm_marker_needs_cluster(request: pytest.FixtureRequest) -> None:
 
 
 def count_batches(run):
-    """``run()``'s result and the number of batches the runner collected during it."""
-    from accelrl.runner import Run
+    """``run()``'s result and the number of batches the run counted during it."""
+    from accelrl.progress import Progress as Run
 
     real = Run.collected
     count = {"n": 0}

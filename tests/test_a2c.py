@@ -50,7 +50,7 @@ def test_a2c_learns_cartpole(tmp_path, capsys):
     cfg = Config(total_frames=150_000, seed=0, run_dir=str(tmp_path / "run"))
     cfg.env.game = "CartPole-v1"
     cfg.env.num_envs = 8
-    cfg.collector.frames_per_batch = 40
+    cfg.collector.steps_per_batch = 40
     cfg.a2c = A2CConfig(lr=4e-3, entropy_coef=0.0)
     cfg.log.progress = False
     cfg.log.tensorboard = False

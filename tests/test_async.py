@@ -13,9 +13,10 @@ from tensordict.nn import TensorDictSequential
 from accelrl.algos.dqn import DQNConfig
 from accelrl.algos.ppo import APPOConfig
 from accelrl.collect import make_collector, plan_threads
-from accelrl.config import CollectorConfig, ConfigError, EnvConfig, ThreadsConfig, validate_common
+from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig
 from accelrl.models import make_actor_critic
 from accelrl.samplers import VersionStamp, policy_lag
+from accelrl.validate import ConfigError, validate_common
 from recipes import appo_atari, dqn_atari
 from tests.test_ppo import CARTPOLE_PPO
 
@@ -53,7 +54,7 @@ def collect(kind, env_cfg, model, workers, frames, batches=3, stamp=None):
     policy = model if stamp is None else TensorDictSequential(model, stamp)
     collector = make_collector(
         env_cfg,
-        CollectorConfig(kind=kind, num_workers=workers, frames_per_batch=frames),
+        CollectorConfig(kind=kind, num_workers=workers, steps_per_batch=frames),
         policy,
         seed=0,
         plan=plan_threads(ThreadsConfig(), workers),
@@ -117,7 +118,7 @@ def test_batched_inference_server_regroups_steps_per_simulator():
 def test_impossible_collector_combinations_are_refused(kind, workers, num_envs, match):
     cfg = appo_atari.Config()
     cfg.env.num_envs = num_envs
-    cfg.collector = CollectorConfig(kind=kind, num_workers=workers, frames_per_batch=96)
+    cfg.collector = CollectorConfig(kind=kind, num_workers=workers, steps_per_batch=96)
     with pytest.raises(ConfigError, match=f"--{match}="):
         validate_common(cfg)
 
@@ -141,7 +142,7 @@ def appo_cartpole(run_dir, total_frames, **appo) -> appo_atari.Config:
     cfg = appo_atari.Config(total_frames=total_frames, seed=0, run_dir=str(run_dir))
     cfg.env.game = "CartPole-v1"
     cfg.env.num_envs = 8
-    cfg.collector.frames_per_batch = 256
+    cfg.collector.steps_per_batch = 256
     cfg.appo = APPOConfig(**CARTPOLE_PPO, **appo)
     cfg.log.progress = False
     cfg.log.tensorboard = False
@@ -159,22 +160,22 @@ def test_appo_drops_batches_beyond_the_policy_lag_bound(tmp_path, monkeypatch):
     batches; a lagged batch reaches the learner without the collected values (recomputed with
     the current critic), a current one with them."""
     from accelrl.algos.ppo import PPO as APPO  # the APPO recipe runs PPO's update
-    from accelrl.runner import Run
+    from accelrl.samplers import PolicyLag
 
     judged: list[tuple[float, bool, int]] = []
     seen: list[tuple[float, bool]] = []
-    real_accept, real_update = Run.accept, APPO.update
+    real_accept, real_update = PolicyLag.accept, APPO.update
 
-    def accept(self, batch):
-        ok = real_accept(self, batch)
-        judged.append((self._lag["async/policy_lag_max"], ok, batch.numel()))
+    def accept(self, batch, progress):
+        ok = real_accept(self, batch, progress)
+        judged.append((self.metrics["async/policy_lag_max"], ok, batch.numel()))
         return ok
 
     def update(self, batch, progress):
         seen.append((judged[-1][0], "state_value" in batch.keys()))
         return real_update(self, batch, progress)
 
-    monkeypatch.setattr(Run, "accept", accept)
+    monkeypatch.setattr(PolicyLag, "accept", accept)
     monkeypatch.setattr(APPO, "update", update)
     cfg = appo_cartpole(tmp_path / "run", 6144)
     cfg.collector.num_workers = 3
@@ -195,8 +196,10 @@ def test_async_dqn_throttle_holds_the_replay_ratio(tmp_path):
     cfg = dqn_atari.Config(total_frames=12_800, run_dir=str(tmp_path / "run"))
     cfg.env.game = "CartPole-v1"
     cfg.env.num_envs = 4
-    cfg.collector.frames_per_batch = 64
-    cfg.dqn = DQNConfig(batch_size=32, learning_starts=256, replay_capacity=8192, asynchronous=True)
+    cfg.collector.steps_per_batch = 64
+    cfg.dqn = DQNConfig(
+        batch_size=32, learning_starts_frames=256, replay_capacity=8192, asynchronous=True
+    )
     cfg.log.progress = False
     cfg.log.tensorboard = False
     cfg.log.eval_episodes = 0

@@ -14,7 +14,7 @@ from recipes.ppo_atari import Config, train
 def small_pong(run_dir, total_frames: int, resume: bool = False) -> Config:
     cfg = Config(total_frames=total_frames, run_dir=str(run_dir), resume=resume)
     cfg.env.num_envs = 4
-    cfg.collector.frames_per_batch = 256
+    cfg.collector.steps_per_batch = 256
     cfg.ppo.minibatches = 2
     cfg.ppo.epochs = 1
     cfg.log.progress = False
@@ -81,7 +81,7 @@ def test_pong_run_writes_artifacts_and_resumes(tmp_path):
 
 def test_refuses_to_overwrite_a_run_with_checkpoints(tmp_path):
     from accelrl.checkpoint import save_checkpoint
-    from accelrl.config import ConfigError
+    from accelrl.validate import ConfigError
 
     save_checkpoint(tmp_path, {"frames": 0}, 0)
     with pytest.raises(ConfigError, match="--resume"):
@@ -93,14 +93,14 @@ def test_gym_backend_and_collector_workers_train(tmp_path):
     cfg = small_pong(tmp_path / "gym", 512)
     cfg.env.backend = "gym"
     cfg.env.num_envs = 2
-    cfg.collector.frames_per_batch = 64
+    cfg.collector.steps_per_batch = 64
     cfg.log.eval_episodes = 0
     assert train(cfg)["frames"] == 512
 
     cfg = small_pong(tmp_path / "workers", 1024)
     cfg.env.num_envs = 2
     cfg.collector.num_workers = 2
-    cfg.collector.frames_per_batch = 128
+    cfg.collector.steps_per_batch = 128
     cfg.log.eval_episodes = 0
     summary = train(cfg)
     assert summary["frames"] == 1024 and summary["updates"] == 2
@@ -113,11 +113,11 @@ def test_a2c_and_dqn_atari_runs_write_run_dirs_and_resume(tmp_path):
 
     a2c = a2c_atari.Config(total_frames=1280, run_dir=str(tmp_path / "a2c"))
     a2c.env.num_envs = 4
-    a2c.collector.frames_per_batch = 20
+    a2c.collector.steps_per_batch = 20
     dqn = dqn_atari.Config(total_frames=1024, run_dir=str(tmp_path / "dqn"))
     dqn.env.num_envs = 4
-    dqn.collector.frames_per_batch = 16
-    dqn.dqn = DQNConfig(batch_size=16, learning_starts=256, replay_capacity=1024)
+    dqn.collector.steps_per_batch = 16
+    dqn.dqn = DQNConfig(batch_size=16, learning_starts_frames=256, replay_capacity=1024)
     for module, cfg in [(a2c_atari, a2c), (dqn_atari, dqn)]:
         cfg.log.progress = False
         cfg.log.eval_episodes = 0
@@ -126,7 +126,7 @@ def test_a2c_and_dqn_atari_runs_write_run_dirs_and_resume(tmp_path):
         run = tmp_path / first["run_dir"].rsplit("/", 1)[-1]
         for name in ["config.json", "metrics.csv", "episodes.csv", "summary.json"]:
             assert (run / name).is_file(), (module.__name__, name)
-        cfg.total_frames += 8 * cfg.collector.frames_per_batch * cfg.env.frameskip
+        cfg.total_frames += 8 * cfg.collector.steps_per_batch * cfg.env.frameskip
         cfg.resume = True
         second = module.train(cfg)
         assert second["frames"] == cfg.total_frames, module.__name__

@@ -10,7 +10,7 @@ from accelrl.cli import run_recipe
 from tests.test_async import child_pids
 
 CARTPOLE = [
-    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.frames-per-batch", "64",
+    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch", "64",
     "--log.eval-episodes", "0", "--log.no-tensorboard", "--log.no-progress",
 ]  # fmt: skip
 
@@ -20,7 +20,7 @@ CASES = [
     ("ppo_atari", ["--env.num-envs", "0"], ["--env.num-envs=0", "> 0"]),
     ("ppo_atari", ["--env.num-envs", "-3"], ["--env.num-envs=-3"]),
     ("ppo_atari", ["--env.num-envs", "abc"], ["--env.num-envs", "abc"]),
-    ("ppo_atari", ["--collector.frames-per-batch", "100"], ["frames-per-batch=100", "multiple"]),
+    ("ppo_atari", ["--collector.steps-per-batch", "100"], ["steps-per-batch=100", "multiple"]),
     ("ppo_atari", ["--collector.num-workers", "-1"], ["--collector.num-workers=-1"]),
     ("ppo_atari", ["--total-frames", "0"], ["--total-frames=0"]),
     # No CUDA here: "not available"; on a GPU machine the same case names the devices there.
@@ -34,7 +34,7 @@ CASES = [
     ("ppo_atari", ["--dqn.prioritized"], ["Unrecognized options: --dqn.prioritized"]),
     ("ppo_atari", ["--collector.kind", "async"], ["--collector.num-workers=0", "async"]),
     ("ppo_atari", ["--collector.kind", "alternating", "--env.num-envs", "3",
-                   "--collector.frames-per-batch", "96"], ["--env.num-envs=3", "even"]),
+                   "--collector.steps-per-batch", "96"], ["--env.num-envs=3", "even"]),
     ("ppo_atari", ["--collector.kind", "fast"], ["--collector.kind", "fast"]),
     ("ppo_atari", ["--dist.lr-scaling", "cubic"], ["--dist.lr-scaling", "sqrt"]),
     ("ppo_atari", ["--log.keep-checkpoints", "0"], ["--log.keep-checkpoints=0"]),
@@ -51,6 +51,11 @@ CASES = [
      ["--dqn.v-min=10.0", "v_max"]),
     ("dqn_atari", ["--collector.kind", "async", "--collector.num-workers", "2"],
      ["--collector.kind='async'", "replay"]),
+    # Renamed so that each name says its unit: the old flag names the new one.
+    ("ppo_atari", ["--collector.frames-per-batch", "64"],
+     ["--collector.frames-per-batch was renamed --collector.steps-per-batch", "agent steps"]),
+    ("dqn_atari", ["--dqn.learning-starts=1000"],
+     ["--dqn.learning-starts was renamed --dqn.learning-starts-frames", "emulator frames"]),
 ]  # fmt: skip
 
 
@@ -73,13 +78,14 @@ def assert_one_clear_line(code: int, err: str, words: list[str]) -> None:
 
 @pytest.mark.parametrize("recipe,flags,words", CASES, ids=[" ".join(c[1]) for c in CASES])
 def test_wrong_input_stops_with_one_line(recipe, flags, words, capsys, monkeypatch):
-    def no_run(*args, **kwargs):
+    def no_run(self, cfg, algo, proc, *args, **kwargs):
+        proc.signals.restore()
         raise AssertionError(f"validation let {flags} through: a run started")
 
-    monkeypatch.setattr("accelrl.runner.Run.__init__", no_run)
+    monkeypatch.setattr("accelrl.run_folder.RunFolder.__init__", no_run)
     before = child_pids()
     code, err = run_cli(recipe, flags, capsys)
-    # Nothing started: Run.__init__ raises above, so no wall-clock bound is needed here.
+    # Nothing started: RunFolder.__init__ raises above, so no wall-clock bound is needed here.
     assert_one_clear_line(code, err, words)
     assert not child_pids() - before, "no worker may start"
 

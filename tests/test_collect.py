@@ -29,7 +29,7 @@ def test_workers_act_with_new_weights_after_sync():
     model = make_actor_critic("observation", (4,), 2)
     collector = make_collector(
         env_cfg,
-        CollectorConfig(num_workers=2, frames_per_batch=64),
+        CollectorConfig(num_workers=2, steps_per_batch=64),
         model,
         seed=0,
         plan=plan_threads(ThreadsConfig(), 2),
@@ -58,7 +58,7 @@ def test_in_process_collector_layout_and_keys():
     model = make_actor_critic("pixels", (4, 84, 84), 6)
     collector = make_collector(
         env_cfg,
-        CollectorConfig(num_workers=0, frames_per_batch=16),
+        CollectorConfig(num_workers=0, steps_per_batch=16),
         model,
         seed=0,
         plan=plan_threads(ThreadsConfig(), 0),
@@ -101,7 +101,7 @@ def test_a_run_pinned_to_one_core_warns_once(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     cmd = ["taskset", "-c", "0", sys.executable, str(repo / "recipes" / "ppo_atari.py"),
            "--env.game", "CartPole-v1", "--env.num-envs", "2", "--collector.num-workers", "2",
-           "--collector.frames-per-batch", "64", "--ppo.minibatches", "2", "--total-frames",
+           "--collector.steps-per-batch", "64", "--ppo.minibatches", "2", "--total-frames",
            "128", "--log.eval-episodes", "0", "--log.no-tensorboard", "--log.no-progress",
            "--run-dir", str(tmp_path / "run")]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=repo)

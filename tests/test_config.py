@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from accelrl.config import ConfigError
+from accelrl.validate import ConfigError
 from recipes.ppo_atari import Config, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +38,7 @@ BAD = [
     ({"env__async_batch_size": 8}, "env.async-batch-size", "8"),
     ({"env__frameskip": 0}, "env.frameskip", "0"),
     ({"env__async_batch_size": 4}, "env.async-batch-size", "4"),
-    ({"collector__frames_per_batch": 1001}, "collector.frames-per-batch", "1001"),
+    ({"collector__steps_per_batch": 1001}, "collector.steps-per-batch", "1001"),
     ({"collector__num_workers": -1}, "collector.num-workers", "-1"),
     ({"ppo__lr": -1e-3}, "ppo.lr", "-0.001"),
     ({"ppo__minibatches": 3}, "ppo.minibatches", "3"),
@@ -111,7 +111,7 @@ def test_cli_help_shows_every_knob():
         "--run-dir",
         "--resume",
         "--collector.num-workers",
-        "--collector.frames-per-batch",
+        "--collector.steps-per-batch",
         "--ppo.lr",
         "--ppo.clip-epsilon",
         "--threads.torch-threads",
@@ -122,4 +122,4 @@ def test_cli_help_shows_every_knob():
 
 def test_config_is_a_plain_dataclass():
     assert dataclasses.is_dataclass(Config)
-    assert Config().collector.frames_per_batch == Config().env.num_envs * 128
+    assert Config().collector.steps_per_batch == Config().env.num_envs * 128

@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CARTPOLE = [
-    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.frames-per-batch", "64",
+    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch", "64",
     "--ppo.minibatches", "2", "--log.eval-episodes", "0", "--log.no-tensorboard",
     "--log.no-progress",
 ]  # fmt: skip

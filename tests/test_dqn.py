@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from accelrl.algos.dqn import DQN, DQNConfig, apply_preset, preset_num_envs, validate_dqn
-from accelrl.config import ConfigError, EnvConfig
+from accelrl.config import EnvConfig
 from accelrl.envs import make_env
-from accelrl.replay import FrameReplay, ReplayConfig
-from accelrl.runner import Run
+from accelrl.progress import Progress
+from accelrl.replay import FrameReplay
+from accelrl.validate import ConfigError
 from recipes.dqn_atari import Config, resolve, train
 from tests.conftest import count_batches
 
@@ -26,7 +27,7 @@ def test_large_batch_presets_scale_simulators_and_learning_rate():
     cfg = resolve(Config(dqn=DQNConfig(preset="cat-dqn-2048")))
     assert cfg.dqn.batch_size == 2048 and cfg.dqn.distributional
     assert cfg.env.num_envs == preset_num_envs(cfg.dqn) == 256
-    assert cfg.collector.frames_per_batch % cfg.env.num_envs == 0
+    assert cfg.collector.steps_per_batch % cfg.env.num_envs == 0
     assert cfg.dqn.lr == pytest.approx(6.25e-5 * math.sqrt(2048 / 32))
     small = resolve(Config(dqn=DQNConfig(preset="dqn-512")))
     assert small.dqn.batch_size == 512 and small.env.num_envs == 64
@@ -82,7 +83,9 @@ def test_update_from_replay_moves_weights_and_returns_priorities(flags):
     with torch.no_grad():
         batch = env.rollout(64, dqn.policy, break_when_any_done=False)
     replay = FrameReplay(
-        ReplayConfig(capacity=4096, prioritized=dqn.cfg.prioritized, n_step=dqn.cfg.n_step),
+        capacity=4096,
+        prioritized=dqn.cfg.prioritized,
+        n_step=dqn.cfg.n_step,
         num_envs=4,
         obs_key="observation",
         obs_shape=(4,),
@@ -103,8 +106,8 @@ def small_dqn_config(run_dir, total_frames: int, **dqn) -> Config:
     cfg = Config(total_frames=total_frames, run_dir=str(run_dir))
     cfg.env.game = "CartPole-v1"
     cfg.env.num_envs = 4
-    cfg.collector.frames_per_batch = 64
-    cfg.dqn = DQNConfig(batch_size=32, learning_starts=128, replay_capacity=4096, **dqn)
+    cfg.collector.steps_per_batch = 64
+    cfg.dqn = DQNConfig(batch_size=32, learning_starts_frames=128, replay_capacity=4096, **dqn)
     cfg.log.progress = False
     cfg.log.eval_episodes = 1
     cfg.log.checkpoint_every_frames = 256
@@ -118,7 +121,7 @@ def test_recipe_updates_per_batch_and_replay_ratio(tmp_path, monkeypatch, intens
     import csv
 
     counts: list[int] = []
-    real_update, real_collected = DQN.update, Run.collected
+    real_update, real_collected = DQN.update, Progress.collected
 
     def update(self, sample):
         counts[-1] += 1
@@ -129,10 +132,10 @@ def test_recipe_updates_per_batch_and_replay_ratio(tmp_path, monkeypatch, intens
         return real_collected(self, batch)
 
     monkeypatch.setattr(DQN, "update", update)
-    monkeypatch.setattr(Run, "collected", collected)
+    monkeypatch.setattr(Progress, "collected", collected)
     cfg = small_dqn_config(tmp_path, 512, training_intensity=intensity)
-    cfg.collector.frames_per_batch = 64
-    cfg.dqn.learning_starts = 96  # crossed during the second batch (128 steps)
+    cfg.collector.steps_per_batch = 64
+    cfg.dqn.learning_starts_frames = 96  # crossed during the second batch (128 steps)
     assert train(cfg)["frames"] == 512
     assert counts[:4] == per_batch and len(set(counts[1:])) == 1, counts
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
@@ -152,15 +155,43 @@ def test_recipe_runs_and_resumes(tmp_path):
     assert batches == 4, "the resumed run collects only what was missing (a restart: 12)"
 
 
+def test_resume_with_a_memmap_replay_samples_from_it_at_once(tmp_path):
+    """With --dqn.replay-dir the checkpoint holds the replay's index: the resumed run updates on
+    its first batch with the replay as it was (a RAM replay refills for learning_starts)."""
+    import csv
+
+    def rows():
+        return list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
+
+    for replay_dir, first_resumed_update in [(str(tmp_path / "replay"), True), (None, False)]:
+        cfg = small_dqn_config(tmp_path / "run", 512, replay_dir=replay_dir)
+        cfg.dqn.learning_starts_frames = 256
+        cfg.log.eval_episodes = 0
+        train(cfg)
+        before = len(rows())
+        cfg.total_frames, cfg.resume = 640, True
+        summary = train(cfg)
+        assert summary["frames"] == 640
+        resumed = rows()[before]
+        assert int(resumed["frames"]) == 576
+        updated = not math.isnan(float(resumed["loss/q"]))
+        assert updated == first_resumed_update, (replay_dir, resumed)
+        if replay_dir:
+            assert float(resumed["train/replay"]) > 400, "the replay came back with the run"
+        import shutil
+
+        shutil.rmtree(tmp_path / "run")
+
+
 @pytest.mark.slow
 def test_atari_rainbow_run_with_memmap_replay(tmp_path):
     cfg = Config(total_frames=2048, run_dir=str(tmp_path / "pong"))
     cfg.env.num_envs = 4
-    cfg.collector.frames_per_batch = 64
+    cfg.collector.steps_per_batch = 64
     cfg.dqn = DQNConfig(
         preset="rainbow",
         batch_size=32,
-        learning_starts=512,
+        learning_starts_frames=512,
         replay_capacity=2048,
         replay_dir=str(tmp_path / "replay"),
     )

@@ -23,7 +23,7 @@ GAMMA = 0.9
 B, OBS, ACTIONS = 12, 4, 3
 
 
-def make_dqn(**changes) -> DQN:
+def make_dqn(on_nonfinite: str = "stop", **changes) -> DQN:
     torch.manual_seed(0)
     cfg = DQNConfig(gamma=GAMMA, max_grad_norm=1e9, **changes)
     return DQN(
@@ -33,6 +33,7 @@ def make_dqn(**changes) -> DQN:
         num_actions=ACTIONS,
         device=torch.device("cpu"),
         mlp_hidden=(16, 16),
+        on_nonfinite=on_nonfinite,
     )
 
 
@@ -252,17 +253,14 @@ def test_polyak_target_update():
         torch.testing.assert_close(target, (1 - tau) * before + tau * online)
 
 
-def test_skipped_nonfinite_step_returns_no_priorities(monkeypatch):
-    from accelrl.algos import common
-
-    monkeypatch.setattr(common.nonfinite, "policy", "skip")
-    dqn = make_dqn(prioritized=True)
+def test_skipped_nonfinite_step_returns_no_priorities():
+    dqn = make_dqn(prioritized=True, on_nonfinite="skip")
     td = fixed_batch(weight=True)
     td["next", "reward"][3] = float("nan")
-    before, skipped = flat(network(dqn).parameters()), common.nonfinite.skipped
+    before, skipped = flat(network(dqn).parameters()), dqn.guard.skipped
     metrics, priority = dqn.update(td)
     assert priority is None, "a NaN priority would poison the prioritized sampler"
-    assert common.nonfinite.skipped == skipped + 1
+    assert dqn.guard.skipped == skipped + 1
     assert torch.equal(flat(network(dqn).parameters()), before)
     td["next", "reward"][3] = 0.0
     _, priority = dqn.update(td)
@@ -289,8 +287,8 @@ def test_prioritized_run_survives_skipped_nonfinite_steps(tmp_path, monkeypatch)
     monkeypatch.setattr(DQN, "objective", poisoned)
     cfg = Config(total_frames=1024, run_dir=str(tmp_path), on_nonfinite="skip")
     cfg.env.game, cfg.env.num_envs = "CartPole-v1", 4
-    cfg.collector.frames_per_batch = 64
-    cfg.dqn = DQNConfig(batch_size=32, learning_starts=128, replay_capacity=4096,
+    cfg.collector.steps_per_batch = 64
+    cfg.dqn = DQNConfig(batch_size=32, learning_starts_frames=128, replay_capacity=4096,
                         prioritized=True, n_step=3)  # fmt: skip
     cfg.log.progress, cfg.log.eval_episodes, cfg.log.tensorboard = False, 0, False
     summary = train(cfg)

@@ -21,12 +21,12 @@ QUIET = ["--log.eval-episodes", "0", "--log.no-tensorboard", "--log.no-progress"
 
 RUNS = {
     "ppo-pong": ("ppo_atari", [
-        "--env.game", "Pong", "--env.num-envs", "2", "--collector.frames-per-batch", "64",
+        "--env.game", "Pong", "--env.num-envs", "2", "--collector.steps-per-batch", "64",
         "--ppo.minibatches", "2", "--ppo.epochs", "1", "--total-frames", "512",
     ]),
     "c51-dueling-cartpole": ("dqn_atari", [
-        "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.frames-per-batch", "64",
-        "--dqn.learning-starts", "128", "--dqn.distributional", "--dqn.dueling",
+        "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch", "64",
+        "--dqn.learning-starts-frames", "128", "--dqn.distributional", "--dqn.dueling",
         "--dqn.v-min", "0", "--dqn.v-max", "100", "--total-frames", "512",
     ]),
 }  # fmt: skip

@@ -26,7 +26,7 @@ def test_recipe_config_carries_every_plain_setting():
             assert (d.double, d.dueling, d.n_step, d.prioritized, d.distributional) == (
                 s.double, s.dueling, s.n_step, s.prioritized, s.distributional)  # fmt: skip
             assert d.target_update_interval == s.target_update_interval
-            assert cfg.collector.frames_per_batch == s.steps_per_batch
+            assert cfg.collector.steps_per_batch == s.steps_per_batch
 
 
 @pytest.mark.slow

@@ -38,7 +38,7 @@ def pong_run(tmp_path_factory) -> Path:
     run = tmp_path_factory.mktemp("play") / "pong"
     # 400-frame episodes (100 agent steps) keep the played games short.
     train("ppo_atari", run, "--env.game", "Pong", "--env.num-envs", "2",
-          "--collector.frames-per-batch", "64", "--ppo.minibatches", "2", "--ppo.epochs", "1",
+          "--collector.steps-per-batch", "64", "--ppo.minibatches", "2", "--ppo.epochs", "1",
           "--total-frames", "1024", "--env.max-episode-frames", "400")  # fmt: skip
     return run
 
@@ -83,7 +83,7 @@ def test_play_acts_with_the_checkpoint_weights(pong_run):
 def test_play_a_dqn_run_on_cartpole(tmp_path):
     run = tmp_path / "dqn"
     train("dqn_atari", run, "--env.game", "CartPole-v1", "--env.num-envs", "4",
-          "--collector.frames-per-batch", "64", "--dqn.learning-starts", "128",
+          "--collector.steps-per-batch", "64", "--dqn.learning-starts-frames", "128",
           "--total-frames", "512")  # fmt: skip
     out = play(str(run), "--episodes", "2")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -115,7 +115,7 @@ def test_training_records_videos_to_the_run_folder_and_tensorboard(tmp_path):
 
     run = tmp_path / "run"
     train("ppo_atari", run, "--env.game", "Pong", "--env.num-envs", "2",
-          "--collector.frames-per-batch", "64", "--ppo.minibatches", "2", "--ppo.epochs", "1",
+          "--collector.steps-per-batch", "64", "--ppo.minibatches", "2", "--ppo.epochs", "1",
           "--total-frames", "1024", "--env.max-episode-frames", "800",
           "--log.video-every-frames", "512", "--log.video-max-steps", "60",
           quiet=("--log.eval-episodes", "0", "--log.no-progress"))  # fmt: skip

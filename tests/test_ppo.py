@@ -100,7 +100,7 @@ def cartpole_config(run_dir, seed: int) -> Config:
     cfg = Config(total_frames=150_000, seed=seed, run_dir=str(run_dir))
     cfg.env.game = "CartPole-v1"
     cfg.env.num_envs = 8
-    cfg.collector.frames_per_batch = 256
+    cfg.collector.steps_per_batch = 256
     cfg.ppo = PPOConfig(**CARTPOLE_PPO)
     cfg.log.progress = False
     cfg.log.tensorboard = False

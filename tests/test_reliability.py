@@ -21,7 +21,7 @@ from tests.test_distributed import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 CARTPOLE = [
-    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.frames-per-batch", "64",
+    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch", "64",
     "--ppo.minibatches", "2", "--ppo.epochs", "2", "--log.eval-episodes", "0",
     "--log.no-tensorboard", "--log.no-progress", "--log.checkpoint-every-frames", "256",
 ]  # fmt: skip
@@ -207,7 +207,7 @@ def test_watchdog_converts_and_shuts_down_after_torchrl_closed_the_workers():
 @pytest.mark.slow
 def test_dead_worker_stops_the_run_and_leaves_nothing_behind(tmp_path):
     run = tmp_path / "run"
-    argv = [*CARTPOLE, "--collector.num-workers", "2", "--collector.frames-per-batch", "128",
+    argv = [*CARTPOLE, "--collector.num-workers", "2", "--collector.steps-per-batch", "128",
             "--total-frames", "100000000", "--run-dir", str(run)]  # fmt: skip
     proc = start_recipe(argv)
     try:
@@ -361,8 +361,7 @@ def test_watchdog_stops_a_silent_collector(batches, limit):
 def test_nonfinite_gradient_norm_with_a_finite_loss(monkeypatch, policy):
     from accelrl.algos import common
 
-    monkeypatch.setattr(common.nonfinite, "policy", policy)
-    monkeypatch.setattr(common.nonfinite, "skipped", 0)
+    guard = common.NonFiniteGuard(policy)
     model = torch.nn.Linear(3, 1)
     model.weight.register_hook(lambda g: g * float("inf"))  # finite loss, infinite gradient
     before = [p.detach().clone() for p in model.parameters()]
@@ -370,27 +369,27 @@ def test_nonfinite_gradient_norm_with_a_finite_loss(monkeypatch, policy):
     loss = model(torch.ones(4, 3)).pow(2).mean()
     if policy == "stop":
         with pytest.raises(common.NonFiniteError, match="gradient norm is (inf|nan)"):
-            common.gradient_step(opt, loss, list(model.parameters()), 1.0)
+            common.gradient_step(opt, loss, list(model.parameters()), 1.0, guard)
     else:
-        assert float(common.gradient_step(opt, loss, list(model.parameters()), 1.0)) == 0.0
-        assert common.nonfinite.skipped == 1
+        assert float(common.gradient_step(opt, loss, list(model.parameters()), 1.0, guard)) == 0
+        assert guard.skipped == 1
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 
 
 def test_checkpoint_refuses_nonfinite_weights(tmp_path, monkeypatch, capsys):
     """Weights that turned NaN without a NaN loss (an optimizer or hardware fault) are never
     saved: the checkpoint is refused with one line and the previous one stays the latest."""
-    from accelrl.runner import Run
+    from accelrl.run_folder import RunFolder
 
-    real = Run.checkpoint
+    real = RunFolder.checkpoint
 
-    def checkpoint(self):
-        if self.frames == 512:
+    def checkpoint(self, progress):
+        if progress.frames == 512:
             with torch.no_grad():
-                next(self._modules()[0].parameters()).view(-1)[0] = float("nan")
-        return real(self)
+                next(self.modules()[0].parameters()).view(-1)[0] = float("nan")
+        return real(self, progress)
 
-    monkeypatch.setattr(Run, "checkpoint", checkpoint)
+    monkeypatch.setattr(RunFolder, "checkpoint", checkpoint)
     argv = [*CARTPOLE, "--total-frames", "2048", "--run-dir", str(tmp_path)]
     with pytest.raises(SystemExit) as stop:
         run_recipe(ppo_atari.Config, ppo_atari.train, description="", argv=argv)

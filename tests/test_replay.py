@@ -13,7 +13,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from accelrl.replay import FrameReplay, ReplayConfig
+from accelrl.replay import FrameReplay
 
 GAMMA = 0.9
 
@@ -126,10 +126,11 @@ class FakeStream:
 
 
 def make_replay(stream: FakeStream, capacity: int, n: int, life_loss: bool, **kw) -> FrameReplay:
-    cfg = ReplayConfig(capacity=capacity, n_step=n, **kw)
     shape = (stream.stack, 6, 6) if stream.stack > 1 else (1, 6, 6)
     return FrameReplay(
-        cfg,
+        capacity=capacity,
+        n_step=n,
+        **kw,
         num_envs=stream.num_envs,
         obs_key="pixels",
         obs_shape=shape,
@@ -310,7 +311,7 @@ def test_ram_state_round_trip() -> None:
 def test_atari_bytes_per_transition() -> None:
     capacity, num_envs, steps = 10_000, 4, 16
     buf = FrameReplay(
-        ReplayConfig(capacity=capacity),
+        capacity=capacity,
         num_envs=num_envs,
         obs_key="pixels",
         obs_shape=(4, 84, 84),
@@ -357,7 +358,8 @@ def assert_rebuilds_rollout(td: TensorDict, obs_key: str, stack: int) -> set:
     num_envs, steps = td.batch_size
     done = td["next", "done"].squeeze(-1)
     buf = FrameReplay(
-        ReplayConfig(capacity=num_envs * 1000, n_step=1),
+        capacity=num_envs * 1000,
+        n_step=1,
         num_envs=num_envs,
         obs_key=obs_key,
         obs_shape=tuple(td[obs_key].shape[2:]),

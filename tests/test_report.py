@@ -137,7 +137,7 @@ def test_report_on_real_cartpole_runs(tmp_path):
     for seed in (0, 1):
         run = tmp_path / f"ppo-{seed}"
         cmd = [sys.executable, str(REPO / "recipes" / "ppo_atari.py"), "--env.game",
-               "CartPole-v1", "--env.num-envs", "4", "--collector.frames-per-batch", "64",
+               "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch", "64",
                "--ppo.minibatches", "2", "--total-frames", "1024", "--seed", str(seed),
                "--log.eval-episodes", "2", "--log.no-tensorboard", "--log.no-progress",
                "--run-dir", str(run)]  # fmt: skip

@@ -20,17 +20,18 @@ import numpy as np
 import pytest
 import torch
 
-from accelrl.runner import Run
+from accelrl.progress import Progress
+from accelrl.run_folder import RunFolder
 
 
 class StopAfterResume(Exception):
     pass
 
 
-def live_state(run: Run) -> dict[str, Any]:
+def live_state(run: RunFolder, progress: Progress) -> dict[str, Any]:
     state: dict[str, Any] = {
-        "frames": run.frames,
-        "updates": run.updates,
+        "frames": progress.frames,
+        "updates": progress.updates,
         "rng": {
             "torch": torch.get_rng_state(),
             "numpy": np.random.get_state(),
@@ -39,7 +40,7 @@ def live_state(run: Run) -> dict[str, Any]:
         # The wall clock runs on between the two records.
         "logger": {k: v for k, v in run.logger.state_dict().items() if k != "elapsed_s"},
     }
-    for i, module in enumerate(run._modules()):
+    for i, module in enumerate(run.modules()):
         state[f"module{i}"] = {k: v.detach().clone() for k, v in module.state_dict().items()}
     for name, comp in run.components.items():
         for attr, value in vars(comp).items():
@@ -90,7 +91,7 @@ CARTPOLE_RUNS = {
         {
             "dqn": {
                 "batch_size": 32,
-                "learning_starts": 128,
+                "learning_starts_frames": 128,
                 "replay_capacity": 4096,
                 "target_update_interval": 7,
                 "prioritized": True,
@@ -106,7 +107,7 @@ def config(recipe: str, sections: dict, run_dir, total_frames: int, resume: bool
     module = importlib.import_module(f"recipes.{recipe}")
     cfg = module.Config(total_frames=total_frames, run_dir=str(run_dir), resume=resume, seed=3)
     cfg.env.game, cfg.env.num_envs = "CartPole-v1", 4
-    cfg.collector.frames_per_batch = 64
+    cfg.collector.steps_per_batch = 64
     cfg.log.progress, cfg.log.tensorboard, cfg.log.eval_episodes = False, False, 1
     cfg.log.checkpoint_every_frames = 256
     for section, values in sections.items():
@@ -119,13 +120,13 @@ def config(recipe: str, sections: dict, run_dir, total_frames: int, resume: bool
 def test_checkpoint_round_trip_restores_all_live_state(tmp_path, monkeypatch, algo):
     recipe, sections = CARTPOLE_RUNS[algo]
     saved: list[dict] = []
-    real_checkpoint, real_attach = Run.checkpoint, Run.attach
+    real_checkpoint, real_restore = RunFolder.checkpoint, RunFolder.restore
 
-    def checkpoint(self):
-        saved.append(live_state(self))
-        return real_checkpoint(self)
+    def checkpoint(self, progress):
+        saved.append(live_state(self, progress))
+        return real_checkpoint(self, progress)
 
-    monkeypatch.setattr(Run, "checkpoint", checkpoint)
+    monkeypatch.setattr(RunFolder, "checkpoint", checkpoint)
     total = 640 * (4 if "pong" in algo else 1)  # emulator frames: 4 per Atari agent step
     module, cfg = config(recipe, sections, tmp_path, total, resume=False)
     module.train(cfg)
@@ -134,12 +135,12 @@ def test_checkpoint_round_trip_restores_all_live_state(tmp_path, monkeypatch, al
 
     restored: list[dict] = []
 
-    def attach(self, *args, **kwargs):
-        real_attach(self, *args, **kwargs)
-        restored.append(live_state(self))
+    def restore(self, *args, **kwargs):
+        progress = real_restore(self, *args, **kwargs)
+        restored.append(live_state(self, progress))
         raise StopAfterResume
 
-    monkeypatch.setattr(Run, "attach", attach)
+    monkeypatch.setattr(RunFolder, "restore", restore)
     module, cfg = config(recipe, sections, tmp_path, 2 * total, resume=True)
     with pytest.raises(StopAfterResume):
         module.train(cfg)

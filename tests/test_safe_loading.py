@@ -68,7 +68,7 @@ def test_crafted_pickle_is_refused_and_runs_nothing(tmp_path):
 
 
 CARTPOLE = [
-    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.frames-per-batch", "64",
+    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch", "64",
     "--ppo.minibatches", "2", "--ppo.epochs", "1", "--log.eval-episodes", "0",
     "--log.no-tensorboard", "--log.no-progress",
 ]  # fmt: skip

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # A CartPole PPO run of a few seconds.
 TINY = [
-    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.frames-per-batch", "64",
+    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch", "64",
     "--total-frames", "1024", "--log.eval-episodes", "0", "--log.no-tensorboard",
     "--log.no-progress",
 ]  # fmt: skip
@@ -179,7 +179,7 @@ def test_command_line_flag_error_is_one_line_and_exit_2(tmp_path):
 def tiny_config(run_dir: Path, **changes) -> Config:
     cfg = Config(total_frames=1024, run_dir=str(run_dir), **changes)
     cfg.env.game, cfg.env.num_envs = "CartPole-v1", 4
-    cfg.collector.frames_per_batch = 64
+    cfg.collector.steps_per_batch = 64
     cfg.log.eval_episodes, cfg.log.tensorboard, cfg.log.progress = 0, False, False
     return cfg
 

@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CARTPOLE = [
-    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.frames-per-batch", "64",
+    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch", "64",
     "--ppo.minibatches", "2", "--ppo.epochs", "1", "--log.eval-episodes", "1",
     "--log.no-tensorboard", "--log.no-progress", "--log.checkpoint-every-frames", "256",
 ]  # fmt: skip
@@ -65,7 +65,7 @@ def test_a_tracker_without_its_package_is_a_one_line_error(tmp_path, monkeypatch
     from accelrl import trackers
 
     monkeypatch.setitem(trackers.PACKAGES, "wandb", {"surely_not_installed_pkg": "wandb"})
-    from accelrl.config import ConfigError, validate_common
+    from accelrl.validate import ConfigError, validate_common
     from recipes.ppo_atari import Config
 
     cfg = Config()

@@ -24,8 +24,8 @@ from accelrl.algos.common import (
     set_lr,
     total_loss,
 )
-from accelrl.config import ConfigError, check_positive
 from accelrl.optim import RMSpropTF
+from accelrl.validate import ConfigError, check_positive
 
 
 @dataclass
@@ -69,8 +69,16 @@ def validate_a2c(cfg: A2CConfig, prefix: str = "a2c") -> None:
 class A2C(ActorCriticLearner):
     """A2C's loss and RMSprop (or Adam) over the actor-critic; one gradient step a batch."""
 
-    def __init__(self, model: ActorValueOperator, cfg: A2CConfig, device: torch.device) -> None:
-        super().__init__(model, device, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
+    def __init__(
+        self,
+        model: ActorValueOperator,
+        cfg: A2CConfig,
+        device: torch.device,
+        on_nonfinite: str = "stop",
+    ) -> None:
+        super().__init__(
+            model, device, gamma=cfg.gamma, lmbda=cfg.gae_lambda, on_nonfinite=on_nonfinite
+        )
         self.cfg = cfg
         self.loss = A2CLoss(
             model.get_policy_head(),
@@ -104,7 +112,9 @@ class A2C(ActorCriticLearner):
             flat.set("advantage", (adv - adv.mean()) / (adv.std() + 1e-8))
         out = self.loss(self.trunk(flat))
         total = total_loss(out)
-        grad_norm = gradient_step(self.optimizer, total, self.params, self.cfg.max_grad_norm)
+        grad_norm = gradient_step(
+            self.optimizer, total, self.params, self.cfg.max_grad_norm, self.guard
+        )
         return {
             **{key: float(value.detach()) for key, value in loss_metrics(out, total).items()},
             "train/grad_norm": float(grad_norm),
@@ -112,4 +122,5 @@ class A2C(ActorCriticLearner):
                 flat.get("state_value"), flat.get("value_target")
             ),
             "train/lr": lr,
+            "train/skipped_steps": self.guard.skipped,
         }

@@ -86,15 +86,14 @@ class NonFiniteError(FloatingPointError):
 
 class NonFiniteGuard:
     """What ``gradient_step`` does with a non-finite loss or gradient: ``stop`` raises
-    ``NonFiniteError``; ``skip`` drops that step and counts it in ``skipped``. The run sets the
-    policy from ``--on-nonfinite``; one guard per process."""
+    ``NonFiniteError``; ``skip`` drops that step and counts it in ``skipped``. Each learner
+    holds one, with the policy from ``--on-nonfinite``."""
 
-    def __init__(self) -> None:
-        self.policy = "stop"
+    def __init__(self, policy: str = "stop") -> None:
+        if policy not in ("stop", "skip"):
+            raise ValueError(f"on_nonfinite must be stop or skip, not {policy!r}")
+        self.policy = policy
         self.skipped = 0
-
-
-nonfinite = NonFiniteGuard()
 
 
 def gradient_step(
@@ -102,6 +101,7 @@ def gradient_step(
     loss: torch.Tensor,
     parameters: list[torch.nn.Parameter],
     max_grad_norm: float,
+    guard: NonFiniteGuard,
 ) -> torch.Tensor:
     """Backward, clip the global grad norm to ``max_grad_norm``, step; returns the norm before.
 
@@ -116,19 +116,20 @@ def gradient_step(
     # non-finite loss on any rank makes every rank skip (or stop at) this same step.
     if average_gradients(parameters, local_nonfinite=not finite):
         if finite:
-            return _nonfinite(optimizer, "the loss of another rank is non-finite")
-        return _nonfinite(optimizer, f"loss is {float(loss.detach().reshape(-1)[0])} (non-finite)")
+            return _nonfinite(guard, optimizer, "the loss of another rank is non-finite")
+        what = f"loss is {float(loss.detach().reshape(-1)[0])} (non-finite)"
+        return _nonfinite(guard, optimizer, what)
     norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
     if not torch.isfinite(norm):
-        return _nonfinite(optimizer, f"gradient norm is {float(norm)} (non-finite)")
+        return _nonfinite(guard, optimizer, f"gradient norm is {float(norm)} (non-finite)")
     optimizer.step()
     return norm
 
 
-def _nonfinite(optimizer: torch.optim.Optimizer, what: str) -> torch.Tensor:
+def _nonfinite(guard: NonFiniteGuard, optimizer: torch.optim.Optimizer, what: str) -> torch.Tensor:
     optimizer.zero_grad(set_to_none=True)
-    if nonfinite.policy == "skip":
-        nonfinite.skipped += 1
+    if guard.policy == "skip":
+        guard.skipped += 1
         return torch.zeros(())
     raise NonFiniteError(f"{what}; the step was not applied")
 
@@ -168,16 +169,23 @@ class ActorCriticLearner:
     optimizer: torch.optim.Optimizer
 
     def __init__(
-        self, model: ActorValueOperator, device: torch.device, *, gamma: float, lmbda: float
+        self,
+        model: ActorValueOperator,
+        device: torch.device,
+        *,
+        gamma: float,
+        lmbda: float,
+        on_nonfinite: str = "stop",
     ) -> None:
         self.device = device
+        self.guard = NonFiniteGuard(on_nonfinite)
         self.policy = model
         self.actor = model.get_policy_operator()
         self.critic = model.get_value_operator()
         # Losses get the heads; updates run the shared trunk once per minibatch (writing
         # ``hidden`` with gradients) instead of once in each of the actor and the critic. Both
         # losses' gradients reach the trunk through ``hidden``.
-        self.trunk = model.module[0]
+        self.trunk = model[0]  # the common operator (public TensorDictSequential indexing)
         self.params = list(model.parameters())
         # Values come from collection (see ``fill_values``), so GAE runs no network itself.
         self.estimator = GAE(gamma=gamma, lmbda=lmbda, value_network=None, average_gae=False)

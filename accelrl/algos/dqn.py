@@ -27,9 +27,9 @@ from torchrl.modules import DistributionalQValueActor, EGreedyModule, QValueActo
 from torchrl.objectives import DistributionalDQNLoss, DQNLoss, HardUpdate, SoftUpdate
 from torchrl.objectives.utils import TargetNetUpdater, ValueEstimators
 
-from accelrl.algos.common import gradient_step, nonfinite
-from accelrl.config import ConfigError, check_positive
+from accelrl.algos.common import NonFiniteGuard, gradient_step
 from accelrl.models import DirectTensorDictModule, QNetwork
+from accelrl.validate import ConfigError, check_positive
 
 Preset = Literal["none", "rainbow", "dqn-512", "cat-dqn-2048", "rainbow-512"]
 
@@ -57,7 +57,7 @@ class DQNConfig:
     training_intensity: float = 8.0
     """Replayed samples per collected sample (updates per batch = intensity x batch frames /
     batch_size)."""
-    learning_starts: int = 80_000
+    learning_starts_frames: int = 80_000
     """Emulator frames collected with the initial epsilon before the first update."""
     target_update_interval: int = 2_000
     """Updates between hard target-network copies (when tau is 0)."""
@@ -126,7 +126,7 @@ def validate_dqn(cfg: DQNConfig, prefix: str = "dqn") -> None:
         check_positive(f"{prefix}.{name}", getattr(cfg, name))
     for name in ("target_update_interval", "replay_capacity", "eps_decay_frames"):
         check_positive(f"{prefix}.{name}", getattr(cfg, name))
-    check_positive(f"{prefix}.learning_starts", cfg.learning_starts, zero_ok=True)
+    check_positive(f"{prefix}.learning_starts_frames", cfg.learning_starts_frames, zero_ok=True)
     for name in ("gamma", "tau", "eps_start", "eps_end", "eval_eps", "priority_alpha"):
         value = getattr(cfg, name)
         if not 0.0 <= value <= 1.0:
@@ -178,9 +178,11 @@ class DQN:
         num_actions: int,
         device: torch.device,
         mlp_hidden: tuple[int, ...] = (64, 64),
+        on_nonfinite: str = "stop",
     ) -> None:
         self.cfg = cfg
         self.device = device
+        self.guard = NonFiniteGuard(on_nonfinite)
         spec = Categorical(num_actions)
         net = QNetwork(
             obs_key,
@@ -267,23 +269,30 @@ class DQN:
         under ``--on-nonfinite skip``): a NaN priority would poison the sampler's sum tree.
         """
         loss, priority = self.objective(sample)
-        skipped = nonfinite.skipped
-        grad_norm = gradient_step(self.optimizer, loss, self.params, self.cfg.max_grad_norm)
-        applied = nonfinite.skipped == skipped
+        skipped = self.guard.skipped
+        grad_norm = gradient_step(
+            self.optimizer, loss, self.params, self.cfg.max_grad_norm, self.guard
+        )
+        applied = self.guard.skipped == skipped
         self.target.step()
         loss_value, norm_value = float(loss.detach()), float(grad_norm)
         metrics = {
             "loss/q": loss_value,
             "train/grad_norm": norm_value,
             "train/td_error": float(priority.mean()) if applied else math.nan,
+            "train/skipped_steps": self.guard.skipped,
         }
         return metrics, priority if applied else None
 
-    @staticmethod
-    def no_update_metrics() -> dict[str, float]:
+    def no_update_metrics(self) -> dict[str, float]:
         """The keys ``update`` reports, as NaN: logged before learning starts so that every
         metrics.csv row has the same columns."""
-        return {"loss/q": math.nan, "train/grad_norm": math.nan, "train/td_error": math.nan}
+        return {
+            "loss/q": math.nan,
+            "train/grad_norm": math.nan,
+            "train/td_error": math.nan,
+            "train/skipped_steps": self.guard.skipped,
+        }
 
     def state_dict(self) -> dict:
         return {

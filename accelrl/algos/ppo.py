@@ -24,7 +24,7 @@ from accelrl.algos.common import (
     set_lr,
     total_loss,
 )
-from accelrl.config import ConfigError, check_positive
+from accelrl.validate import ConfigError, check_positive
 
 
 @dataclass
@@ -67,7 +67,7 @@ class APPOConfig(PPOConfig):
     """Truncation of the importance weights that carry corrections backwards (c bar)."""
 
 
-def validate_ppo(cfg: PPOConfig, frames_per_batch: int, prefix: str = "ppo") -> None:
+def validate_ppo(cfg: PPOConfig, steps_per_batch: int, prefix: str = "ppo") -> None:
     check_positive(f"{prefix}.lr", cfg.lr)
     check_positive(f"{prefix}.clip_epsilon", cfg.clip_epsilon)
     check_positive(f"{prefix}.epochs", cfg.epochs)
@@ -82,19 +82,27 @@ def validate_ppo(cfg: PPOConfig, frames_per_batch: int, prefix: str = "ppo") -> 
     if isinstance(cfg, APPOConfig):
         check_positive(f"{prefix}.vtrace_rho_clip", cfg.vtrace_rho_clip)
         check_positive(f"{prefix}.vtrace_c_clip", cfg.vtrace_c_clip)
-    if frames_per_batch % cfg.minibatches:
+    if steps_per_batch % cfg.minibatches:
         raise ConfigError(
             f"{prefix}.minibatches",
             cfg.minibatches,
-            f"must divide collector.frames_per_batch={frames_per_batch}",
+            f"must divide collector.steps_per_batch={steps_per_batch}",
         )
 
 
 class PPO(ActorCriticLearner):
     """PPO's loss and Adam over the actor-critic; ``update`` runs one PPO phase on a batch."""
 
-    def __init__(self, model: ActorValueOperator, cfg: PPOConfig, device: torch.device) -> None:
-        super().__init__(model, device, gamma=cfg.gamma, lmbda=cfg.gae_lambda)
+    def __init__(
+        self,
+        model: ActorValueOperator,
+        cfg: PPOConfig,
+        device: torch.device,
+        on_nonfinite: str = "stop",
+    ) -> None:
+        super().__init__(
+            model, device, gamma=cfg.gamma, lmbda=cfg.gae_lambda, on_nonfinite=on_nonfinite
+        )
         self.cfg = cfg
         self.loss = ClipPPOLoss(
             model.get_policy_head(),
@@ -156,7 +164,7 @@ class PPO(ActorCriticLearner):
                 out = self.loss(self.trunk(mb))
                 total = total_loss(out)
                 grad_norm = gradient_step(
-                    self.optimizer, total, self.params, self.cfg.max_grad_norm
+                    self.optimizer, total, self.params, self.cfg.max_grad_norm, self.guard
                 )
                 row = {
                     **loss_metrics(out, total),
@@ -173,4 +181,5 @@ class PPO(ActorCriticLearner):
         )
         metrics["train/lr"] = lr
         metrics["train/clip_epsilon"] = clip
+        metrics["train/skipped_steps"] = self.guard.skipped
         return metrics

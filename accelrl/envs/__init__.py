@@ -10,6 +10,9 @@ False without lives), ``episode_return`` / ``episode_length`` (running, final on
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from torchrl.envs import EnvBase
 
 from accelrl.config import EnvConfig
@@ -25,8 +28,19 @@ def is_atari(game: str) -> bool:
     return True
 
 
-def make_env(cfg: EnvConfig, *, seed: int, sim_threads: int = 0) -> EnvBase:
-    """The batched env described by ``cfg``; simulators are seeded ``seed, seed + 1, ...``."""
+def make_env(
+    cfg: EnvConfig,
+    *,
+    seed: int,
+    num_envs: int | None = None,
+    sim_threads: int = 0,
+    synchronous: bool = False,
+) -> EnvBase:
+    """The batched env ``cfg`` describes with ``num_envs`` simulators (default
+    ``cfg.num_envs``), seeded ``seed, seed + 1, ...``. ``synchronous`` steps them all together
+    even when ``cfg.async_batch_size`` asks for ale-py's async mode (evaluation, play)."""
+    num_envs = cfg.num_envs if num_envs is None else num_envs
+    async_batch_size = 0 if synchronous else cfg.async_batch_size
     if not is_atari(cfg.game):
         import gymnasium as gym
 
@@ -35,17 +49,17 @@ def make_env(cfg: EnvConfig, *, seed: int, sim_threads: int = 0) -> EnvBase:
         if cfg.game not in gym.registry:
             rom_id(cfg.game)  # raises ValueError naming the game, with close Atari names
 
-        return make_vector_obs_env(cfg.game, cfg.num_envs, seed=seed)
+        return make_vector_obs_env(cfg.game, num_envs, seed=seed)
     if cfg.backend == "gym":
         from accelrl.envs.gym_atari import make_gym_atari_env
 
-        return make_gym_atari_env(cfg, seed=seed)
+        return make_gym_atari_env(cfg, num_envs, seed=seed)
     from accelrl.envs.ale_vec import AleVecEnv
 
     env = AleVecEnv(
         cfg.game,
-        cfg.num_envs,
-        batch_size=cfg.async_batch_size or None,
+        num_envs,
+        batch_size=async_batch_size or None,
         num_threads=sim_threads,
         frameskip=cfg.frameskip,
         frame_stack=cfg.frame_stack,
@@ -65,4 +79,29 @@ def frames_per_step(cfg: EnvConfig) -> int:
     return cfg.frameskip if is_atari(cfg.game) else 1
 
 
-__all__ = ["available_games", "frames_per_step", "gym_id", "is_atari", "make_env", "rom_id"]
+def describe_env(cfg: EnvConfig) -> dict[str, Any]:
+    """``obs_key``, ``obs_shape`` (one simulator's) and ``num_actions`` of the env ``cfg``
+    describes, from one simulator built briefly."""
+    # Both Atari backends have the same specs; ale_vec builds in-process in milliseconds while
+    # the gym backend would spawn a worker just to report them.
+    env = make_env(replace(cfg, backend="ale_vec"), seed=0, num_envs=1, synchronous=True)
+    try:
+        key = env.obs_key
+        return {
+            "obs_key": key,
+            "obs_shape": tuple(env.observation_spec[key].shape[1:]),
+            "num_actions": env.num_actions,
+        }
+    finally:
+        env.close()
+
+
+__all__ = [
+    "available_games",
+    "describe_env",
+    "frames_per_step",
+    "gym_id",
+    "is_atari",
+    "make_env",
+    "rom_id",
+]

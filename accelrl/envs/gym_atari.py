@@ -216,8 +216,8 @@ def make_worker_env(cfg: EnvConfig, *, seed: int, worker_index: int) -> AtariWor
     return AtariWorkerEnv(cfg, worker_index=worker_index, seed=seed)
 
 
-def make_gym_atari_env(cfg: EnvConfig, *, seed: int) -> EnvBase:
-    """``ParallelEnv`` of ``cfg.num_envs`` preprocessed ALE workers, worker ``i`` seeded ``seed+i``.
+def make_gym_atari_env(cfg: EnvConfig, num_envs: int, *, seed: int) -> EnvBase:
+    """``ParallelEnv`` of ``num_envs`` preprocessed ALE workers, worker ``i`` seeded ``seed+i``.
 
     Spawned workers need an ``if __name__ == "__main__":`` guard in scripts.
     """
@@ -225,9 +225,9 @@ def make_gym_atari_env(cfg: EnvConfig, *, seed: int) -> EnvBase:
     threads = torch.get_num_threads()  # the factory also runs here once, to read the specs
     try:
         return _AtariParallelEnv(
-            cfg.num_envs,
+            num_envs,
             functools.partial(make_worker_env, cfg, seed=seed),
-            create_env_kwargs=[{"worker_index": i} for i in range(cfg.num_envs)],
+            create_env_kwargs=[{"worker_index": i} for i in range(num_envs)],
             mp_start_method="spawn",
             num_sub_threads=1,
         )

@@ -26,6 +26,8 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Categorical, Composite, TensorSpec, Unbounded
 from torchrl.envs import EnvBase
 
+from accelrl.compat import new_tensordict_unchecked, set_unchecked
+
 
 class SameStepVectorEnv(EnvBase):
     """Base class: subclasses provide ``_raw_reset`` and ``_raw_step`` over numpy arrays."""
@@ -91,8 +93,8 @@ class SameStepVectorEnv(EnvBase):
         self._started = False
 
     def _pack(self, values: dict[str, torch.Tensor]) -> TensorDict:
-        # ``_new_unsafe`` skips per-key validation (~15 us a key): shapes hold by construction.
-        return TensorDict._new_unsafe(dict(values), batch_size=self.batch_size)
+        # No per-key validation (see accelrl.compat): shapes hold by construction.
+        return new_tensordict_unchecked(values, self.batch_size)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         mask = None if tensordict is None else tensordict.get("_reset", None)
@@ -222,5 +224,5 @@ class SameStepVectorEnv(EnvBase):
             return super()._step_and_maybe_reset(tensordict)
         next_td, root = self._advance(tensordict.get("action"))
         # Shapes and device hold by construction: skip ``set``'s validation.
-        tensordict._set_str("next", next_td, validated=True, inplace=False)
+        set_unchecked(tensordict, "next", next_td)
         return tensordict, root

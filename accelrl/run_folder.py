@@ -1,0 +1,369 @@
+"""The run folder: config.json, metrics (CSV, TensorBoard, trackers), evaluations, videos,
+checkpoints, resume and summary.json.
+
+    with RunFolder(cfg, "ppo", proc) as run:       # checks --resume / --run-dir, writes config
+        progress = run.restore(ppo.policy, ppo=ppo)  # from the latest checkpoint with --resume
+        ...
+        run.episodes(batch, progress.frames); run.log(progress, metrics)
+        run.evaluate(policy, progress.frames); run.checkpoint(progress)
+        return run.finish(progress)
+
+Rank 0 writes; the other ranks of a data-parallel job keep only counters. Leaving the ``with``
+block on an error (non-finite loss, failed checkpoint, dead worker, lost peer) adds where the
+run stood, and its latest checkpoint, to the error's one-line message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from tensordict import TensorDictBase
+
+from accelrl import distributed
+from accelrl.checkpoint import (
+    UnsafeCheckpoint,
+    capture_rng,
+    list_checkpoints,
+    load_latest,
+    restore_rng,
+    save_checkpoint,
+)
+from accelrl.config import to_dict
+from accelrl.envs import frames_per_step
+from accelrl.evaluate import evaluate
+from accelrl.logging import RunLogger
+from accelrl.process import Process
+from accelrl.progress import Progress
+from accelrl.validate import ConfigError
+
+log = logging.getLogger("accelrl")
+
+
+class Stateful(Protocol):
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class RunInterrupted(Exception):
+    """The run stopped on SIGTERM / SIGUSR2 after writing a checkpoint."""
+
+    def __init__(self, signum: int, frames: int, checkpoint: Path | None) -> None:
+        self.signum, self.frames, self.checkpoint = signum, frames, checkpoint
+        name = signal.Signals(signum).name
+        super().__init__(
+            f"stopped by {name} at {frames} frames; checkpoint {checkpoint}; continue with "
+            "--resume and the same --run-dir"
+        )
+
+
+def default_run_dir(algo: str, game: str) -> Path:
+    name = game.replace("/", "_").replace("-v5", "")
+    return Path("runs") / f"{algo}-{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+class NullLogger:
+    """What ranks other than 0 log to: nothing."""
+
+    episodes_seen = 0
+
+    def episodes(self, *args: Any) -> None: ...
+    def log(self, *args: Any, **kwargs: Any) -> None: ...
+    def eval(self, *args: Any) -> None: ...
+    def video(self, *args: Any) -> None: ...
+    def close(self) -> None: ...
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None: ...
+    def mean_return(self, n: int) -> float:
+        return float("nan")
+
+
+class RunFolder:
+    """One run's folder and everything written to it (see the module docstring)."""
+
+    def __init__(
+        self, cfg: Any, algo: str, proc: Process, resolved: dict[str, Any] | None = None
+    ) -> None:
+        self.cfg, self.algo, self.proc = cfg, algo, proc
+        run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(algo, cfg.env.game)
+        # Every rank uses rank 0's folder (its default name holds rank 0's clock).
+        self.dir = Path(distributed.gather_objects(str(run_dir))[0])
+        try:
+            self._check_resume_target()
+        except ConfigError:
+            proc.signals.restore()  # the ``with`` block is not entered
+            raise
+        if proc.is_main:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self._write_config(resolved or {})
+        self.policy: torch.nn.Module | None = None
+        self.components: dict[str, Stateful] = {}
+        self.logger: RunLogger | NullLogger = NullLogger()
+        self.progress: Progress | None = None
+        log.info("run dir %s", self.dir)
+
+    # ----- start ----------------------------------------------------------------------------
+
+    def _check_resume_target(self) -> None:
+        if self.cfg.resume:
+            if not list_checkpoints(self.dir):
+                raise ConfigError("resume", True, f"no checkpoint in {self.dir} to resume from")
+            saved = self.dir / "config.json"
+            if saved.exists():
+                algo = json.loads(saved.read_text()).get("algo")
+                if algo != self.algo:
+                    raise ConfigError(
+                        "run_dir",
+                        str(self.dir),
+                        f"holds a {algo!r} run; cannot resume it with {self.algo!r}",
+                    )
+        elif list_checkpoints(self.dir):
+            raise ConfigError(
+                "run_dir",
+                str(self.dir),
+                "already holds checkpoints; pass --resume to continue it or pick a new --run-dir",
+            )
+
+    def _write_config(self, resolved: dict[str, Any]) -> None:
+        data = {
+            "algo": self.algo,
+            "config": to_dict(self.cfg),
+            "resolved": {
+                "device": str(self.proc.device),
+                "threads": vars(self.proc.threads),
+                **resolved,
+            },
+        }
+        tmp = self.dir / "config.json.tmp"
+        tmp.write_text(json.dumps(data, indent=2, default=str))
+        os.replace(tmp, self.dir / "config.json")
+
+    def restore(self, policy: torch.nn.Module, **components: Stateful) -> Progress:
+        """Register what checkpoints hold (``components``) and the policy that evaluations and
+        videos run; with ``--resume`` load it all back from the latest good checkpoint. Every
+        rank then holds rank 0's weights. Returns the run's ``Progress`` (frames, updates)."""
+        cfg = self.cfg
+        self.policy, self.components = policy, components
+        frames = updates = 0
+        state: dict[str, Any] = {}
+        if cfg.resume:
+            state, path = self._load_latest()
+            for name, comp in components.items():
+                try:
+                    comp.load_state_dict(state["components"][name])
+                except (KeyError, RuntimeError, ValueError) as err:
+                    first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
+                    raise ConfigError(
+                        "resume",
+                        True,
+                        f"{path} does not fit this model/config ({name}: {first}); resume with "
+                        "the flags the run was started with (see its config.json)",
+                    ) from None
+            frames, updates = int(state["frames"]), int(state["updates"])
+            restore_rng(state["rng"])
+            log.info("resumed from %s at %d frames, %d updates", path, frames, updates)
+        self.proc.replicate(self.modules(), updates)
+        if self.proc.is_main:
+            self.logger = RunLogger(
+                self.dir,
+                total_frames=cfg.total_frames,
+                start_frames=frames,
+                tensorboard=cfg.log.tensorboard,
+                progress=cfg.log.progress,
+                trackers=tuple(cfg.log.trackers),
+                project=cfg.log.project,
+                config={"algo": self.algo, **to_dict(cfg)},
+            )
+            if cfg.resume:
+                self.logger.load_state_dict(state["logger"])
+        self.progress = Progress(
+            cfg.total_frames,
+            frames_per_step(cfg.env),
+            self.proc.world_size,
+            frames=frames,
+            updates=updates,
+        )
+        return self.progress
+
+    def _load_latest(self) -> tuple[dict[str, Any], Path]:
+        try:
+            found = load_latest(
+                self.dir, map_location=self.proc.device, trust=self.cfg.trust_checkpoint
+            )
+        except UnsafeCheckpoint as err:
+            raise ConfigError("trust_checkpoint", False, str(err)) from None
+        if found is None:
+            raise ConfigError("resume", True, f"no loadable checkpoint in {self.dir}")
+        state, path = found
+        if state.get("algo") != self.algo:
+            raise ConfigError(
+                "resume", True, f"{path} is a {state.get('algo')!r} checkpoint, not {self.algo!r}"
+            )
+        return state, path
+
+    def modules(self) -> list[torch.nn.Module]:
+        """The networks the registered components hold (broadcasts, checksums, NaN checks)."""
+        found: dict[int, torch.nn.Module] = {}
+        for comp in self.components.values():
+            for value in vars(comp).values():
+                if isinstance(value, torch.nn.Module):
+                    found.setdefault(id(value), value)
+        if self.policy is not None:
+            found.setdefault(id(self.policy), self.policy)
+        return list(found.values())
+
+    def weights_checksum(self) -> float:
+        params = {id(p): p for m in self.modules() for p in m.parameters()}
+        return distributed.parameters_checksum(list(params.values()))
+
+    # ----- per batch ------------------------------------------------------------------------
+
+    def episodes(self, batch: TensorDictBase, frames: int) -> None:
+        """Record the episodes that ended in ``batch`` (gathered from every rank)."""
+        nxt = batch.get("next")
+        done = nxt.get("done").squeeze(-1)
+        returns = nxt.get("episode_return")[done].squeeze(-1).cpu()
+        lengths = nxt.get("episode_length")[done].squeeze(-1).cpu()
+        if self.proc.world_size > 1:
+            parts = distributed.gather_objects((returns, lengths))
+            returns = torch.cat([p[0] for p in parts])
+            lengths = torch.cat([p[1] for p in parts])
+        if returns.numel():
+            self.logger.episodes(returns, lengths, frames)
+
+    def log(self, progress: Progress, metrics: dict[str, float]) -> None:
+        """One metrics row (CSV, TensorBoard, trackers, progress bar) at ``progress.frames``;
+        every ``--dist.check-sync-every`` updates, also check that all ranks hold the same
+        weights."""
+        self.logger.log(progress.frames, metrics, step=progress.updates)
+        every = self.cfg.dist.check_sync_every
+        if self.proc.world_size > 1 and every and progress.updates % every == 0:
+            params = {id(p): p for m in self.modules() for p in m.parameters()}
+            distributed.check_in_sync(list(params.values()))
+
+    def evaluate(self, frames: int) -> dict[str, float]:
+        """Greedy and sampled evaluation episodes of the registered policy (rank 0), logged
+        under ``eval/``."""
+        if self.cfg.log.eval_episodes == 0 or self.policy is None or not self.proc.is_main:
+            return {}
+        result = evaluate(
+            self.cfg.env,
+            self.policy,
+            episodes=self.cfg.log.eval_episodes,
+            seed=self.cfg.seed + 10_000_019 + frames,
+            device=self.proc.device,
+        )
+        self.logger.eval(frames, result)
+        return result
+
+    def record_video(self, frames: int) -> Path | None:
+        """One greedy episode (rank 0) to RUN_DIR/videos/frames_<frames>.mp4 and TensorBoard."""
+        if self.policy is None or not self.proc.is_main:
+            return None
+        from accelrl.play import record_video
+
+        path = self.dir / "videos" / f"frames_{frames:012d}.mp4"
+        episode = record_video(
+            self.cfg.env,
+            self.policy,
+            path,
+            seed=self.cfg.seed + 20_000_033 + frames,
+            device=self.proc.device,
+            max_steps=self.cfg.log.video_max_steps,
+        )
+        self.logger.video(frames, path)
+        log.info("video %s: score %g in %d steps", path, episode.score, episode.steps)
+        return path
+
+    def checkpoint(self, progress: Progress) -> Path | None:
+        """Write the run's state atomically (rank 0; the other ranks hold the same weights)."""
+        from accelrl.algos.common import NonFiniteError
+
+        if not self.proc.is_main:
+            return None
+        for module in self.modules():
+            for name, p in module.named_parameters():
+                if not torch.isfinite(p).all():
+                    raise NonFiniteError(f"parameter {name} is not finite; checkpoint not written")
+        state = {
+            "algo": self.algo,
+            "frames": progress.frames,
+            "updates": progress.updates,
+            "components": {name: comp.state_dict() for name, comp in self.components.items()},
+            "logger": self.logger.state_dict(),
+            "rng": capture_rng(),
+        }
+        return save_checkpoint(self.dir, state, progress.frames, keep=self.cfg.log.keep_checkpoints)
+
+    def stop(self, progress: Progress) -> None:
+        """After a stop signal: checkpoint (rank 0), close the logs, hand over to the handler
+        installed before ours (submitit requeues the job there), else raise ``RunInterrupted``
+        (the command line exits 128 + signal)."""
+        path = self.checkpoint(progress) if self.proc.is_main else None
+        self.logger.close()
+        signum = self.proc.signals.hand_over()
+        log.warning(
+            "%s: stopped at %d frames, %d updates; checkpoint %s",
+            signal.Signals(signum).name,
+            progress.frames,
+            progress.updates,
+            path,
+        )
+        raise RunInterrupted(signum, progress.frames, path)
+
+    # ----- end ------------------------------------------------------------------------------
+
+    def finish(self, progress: Progress) -> dict[str, Any]:
+        """Final evaluation and checkpoint; writes and returns the run's summary."""
+        fps = progress.fps
+        self.proc.signals.restore()
+        evals = self.evaluate(progress.frames) if self.cfg.log.eval_episodes else {}
+        saved = list_checkpoints(self.dir)
+        if not saved or saved[-1].stem != f"ckpt_{progress.frames:012d}":
+            self.checkpoint(progress)
+        summary: dict[str, Any] = {
+            "frames": progress.frames,
+            "updates": progress.updates,
+            "episodes": self.logger.episodes_seen,
+            "mean_return_100": self.logger.mean_return(100),
+            "fps": fps,
+            "run_dir": str(self.dir),
+            **evals,
+            "weights_checksum": self.weights_checksum(),
+        }
+        if self.proc.world_size > 1:
+            summary["rank"], summary["world_size"] = self.proc.dist.rank, self.proc.world_size
+        if self.proc.is_main:
+            (self.dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        self.logger.close()
+        distributed.finish_together()
+        return summary
+
+    def where(self) -> str:
+        """Where the run stands, for error messages: frames, update, latest checkpoint."""
+        if self.progress is None:
+            return ""
+        saved = list_checkpoints(self.dir)
+        latest = saved[-1] if saved else "none yet"
+        p = self.progress
+        return f" at {p.frames} frames, update {p.updates + 1}; latest checkpoint: {latest}"
+
+    def __enter__(self) -> RunFolder:
+        return self
+
+    def __exit__(self, kind: type | None, err: BaseException | None, tb: Any) -> bool:
+        if err is not None:
+            if not isinstance(err, (RunInterrupted, ConfigError)):
+                # The command line prints ``err`` and this in one line (``accelrl.cli``).
+                err.accelrl_where = self.where()  # type: ignore[attr-defined]
+            self.proc.signals.restore()
+            self.logger.close()
+        return False
