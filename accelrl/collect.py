@@ -10,6 +10,7 @@ simulators on the GPU while they step on CPU threads.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import re
@@ -17,6 +18,7 @@ import signal
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,34 +42,62 @@ log = logging.getLogger("accelrl")
 
 @dataclass(frozen=True)
 class ThreadPlan:
-    """Threads for each role; every process calls ``torch.set_num_threads`` with its share."""
+    """Threads for each role; every process calls ``torch.set_num_threads`` with its share.
+
+    ``learner_torch`` is the learner process's count while it collects (in-process inference
+    next to the simulators' C++ threads); ``update_torch`` its count inside ``updating()``.
+    """
 
     cores: int
     learner_torch: int
     worker_torch: int
     sim_threads: int
+    update_torch: int = 0
 
     def describe(self) -> str:
         return (
-            f"threads: {self.cores} cores; learner torch={self.learner_torch}, "
-            f"collector-worker torch={self.worker_torch}, simulator threads per env="
-            f"{self.sim_threads}"
+            f"threads: {self.cores} cores; learner torch={self.learner_torch} "
+            f"(updates: {self.update_torch or self.learner_torch}), collector-worker "
+            f"torch={self.worker_torch}, simulator threads per env={self.sim_threads}"
         )
 
+    @contextlib.contextmanager
+    def updating(self) -> Iterator[None]:
+        """Around a learner update: ``update_torch`` threads, then back to ``learner_torch``."""
+        if not self.update_torch or self.update_torch == self.learner_torch:
+            yield
+            return
+        torch.set_num_threads(self.update_torch)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(self.learner_torch)
 
-def plan_threads(threads: ThreadsConfig, num_workers: int, cores: int | None = None) -> ThreadPlan:
+
+def plan_threads(
+    threads: ThreadsConfig,
+    num_workers: int,
+    cores: int | None = None,
+    *,
+    overlapped: bool = False,
+) -> ThreadPlan:
     """Derive thread counts from the core count unless set explicitly.
 
     Measured on 2 cores: next to ALE's C++ threads, torch's default intra-op threads spin on
     OpenMP barriers; a batch-8 Nature-CNN forward took 114 ms with the default threads and 2.4 ms
     with one. So inference in collectors uses 1 thread, the learner a quarter of the cores (1 on
-    small machines), and the simulators of each env get the cores divided among the workers.
+    small machines) while collection runs, and the simulators of each env get the cores divided
+    among the workers. In a synchronous run (``overlapped`` False) the simulators and workers
+    wait while the learner updates, so updates get every core (``update_torch``); when
+    collection overlaps the updates (async or batched collectors, a replay feeder thread) they
+    keep the learner's share. ``--threads.torch-threads`` fixes every torch count.
     """
     cores = cores or cpu_count()
     learner = threads.torch_threads or (1 if cores <= 4 else max(1, cores // 4))
     worker = threads.torch_threads or 1
     sim = threads.sim_threads or max(1, cores // max(1, num_workers))
-    return ThreadPlan(cores, learner, worker, sim)
+    update = threads.torch_threads or (learner if overlapped else cores)
+    return ThreadPlan(cores, learner, worker, sim, update)
 
 
 def core_shortfall(cores: int, env_cfg: EnvConfig, cfg: CollectorConfig) -> str | None:

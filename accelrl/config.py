@@ -138,6 +138,17 @@ class DistConfig:
 
 
 @dataclass
+class CompileConfig:
+    """torch.compile for the learner (off by default; see the README's Threads section for the
+    measured effect)."""
+
+    loss: bool = False
+    """Compile the forward pass of each update's loss (trunk, heads and TorchRL loss module as
+    one graph; backward and optimizer steps stay eager). Costs minutes of compilation at start
+    on a CPU."""
+
+
+@dataclass
 class RunConfig:
     """Sections and run-level fields every recipe's ``Config`` shares (recipes add theirs)."""
 
@@ -147,6 +158,7 @@ class RunConfig:
     threads: ThreadsConfig = field(default_factory=ThreadsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     dist: DistConfig = field(default_factory=DistConfig)
+    compile: CompileConfig = field(default_factory=CompileConfig)
     total_frames: int = 10_000_000
     """Emulator frames to train for (agent steps x frameskip), as in the paper."""
     device: str = "auto"
@@ -236,6 +248,7 @@ __all__ = [
     "batch_frames",
     "rows_per_batch",
     "CollectorConfig",
+    "CompileConfig",
     "DistConfig",
     "EnvConfig",
     "LogConfig",

@@ -15,6 +15,7 @@ import random
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,14 +102,20 @@ class Process:
         return self.seed * 1_000_003 + updates * 7_919 + self.dist.rank * 10_000_019
 
 
-def setup_process(cfg: Any) -> Process:
+def setup_process(cfg: Any, *, overlapped: bool = False) -> Process:
     """Console logging, the data-parallel group (torchrun or SLURM; none otherwise), the
     learner's device, the thread plan (``torch.set_num_threads`` for the learner), seeds and
-    stop-signal handlers, from a validated recipe config."""
+    stop-signal handlers, from a validated recipe config. ``overlapped``: collection runs while
+    the learner updates even with a synchronous collector kind (DQN's replay feeder thread)."""
     setup_console_logging()
     dist = distributed.init_from_environment()
     device = torch.device(distributed.rank_device(resolve_device(cfg.device)))
-    threads = plan_threads(cfg.threads, cfg.collector.num_workers, cores=cores_per_rank(dist))
+    threads = plan_threads(
+        cfg.threads,
+        cfg.collector.num_workers,
+        cores=cores_per_rank(dist),
+        overlapped=overlapped or cfg.collector.kind in ("async", "batched"),
+    )
     torch.set_num_threads(threads.learner_torch)
     shortfall = core_shortfall(threads.cores, cfg.env, cfg.collector)
     if shortfall:
@@ -116,6 +123,19 @@ def setup_process(cfg: Any) -> Process:
     seed_everything(cfg.seed)
     log.info("device %s, %s", device, threads.describe())
     return Process(dist, device, threads, cfg.seed, StopSignals())
+
+
+def seconds_since_start() -> float:
+    """Wall seconds since this process started (its command ran), from /proc; nan elsewhere.
+    Measures time to the first batch, imports and worker start-up included."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return float("nan")
+    return time.time() - (boot + start_ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def cores_per_rank(dist: DistInfo) -> int:

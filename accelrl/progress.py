@@ -7,9 +7,12 @@ a batch of agent steps.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from tensordict import TensorDictBase
+
+log = logging.getLogger("accelrl")
 
 
 class Progress:
@@ -38,6 +41,8 @@ class Progress:
         self.dropped_frames = 0
         self.t_start = self._t_batch = time.perf_counter()
         self._t_collect = 0.0
+        self.first_batch_s: float | None = None
+        """Seconds from the command to the first batch (``accelrl.process.seconds_since_start``)."""
 
     def frames_in(self, batch: TensorDictBase) -> int:
         """Emulator frames of a batch of agent steps collected by every rank."""
@@ -49,6 +54,11 @@ class Progress:
         self._t_collect = now - self._t_batch
         self._t_batch = now
         self.frames += self.frames_in(batch)
+        if self.first_batch_s is None:
+            from accelrl.process import seconds_since_start
+
+            self.first_batch_s = seconds_since_start()
+            log.info("first batch %.1f s after the command started", self.first_batch_s)
 
     def dropped(self, batch: TensorDictBase) -> None:
         """Count a batch thrown away unused (too stale under the policy-lag rule)."""

@@ -76,6 +76,22 @@ class _MaskedPrioritizedSampler(PrioritizedSampler):
         self._min_tree[index] = neutral
         return had
 
+    def state_dict(self) -> dict[str, Any]:
+        """TorchRL's state with the segment trees as tensors of their leaves: the C++ tree
+        objects would make checkpoints unloadable with ``torch.load(weights_only=True)``."""
+        state = super().state_dict()
+        slots = torch.arange(self._max_capacity)
+        state["_sum_tree"] = torch.as_tensor(self._sum_tree[slots]).clone()
+        state["_min_tree"] = torch.as_tensor(self._min_tree[slots]).clone()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        sum_leaves, min_leaves = state["_sum_tree"], state["_min_tree"]
+        super().load_state_dict({**state, "_sum_tree": self._sum_tree, "_min_tree": self._min_tree})
+        slots = torch.arange(self._max_capacity)
+        self._sum_tree[slots] = sum_leaves.to(torch.float64)
+        self._min_tree[slots] = min_leaves.to(torch.float64)
+
 
 class FrameReplay:
     """Replay of collector batches ``[E, T]`` / ``[W, E, T]`` storing each frame once."""

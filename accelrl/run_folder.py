@@ -335,6 +335,7 @@ class RunFolder:
             "episodes": self.logger.episodes_seen,
             "mean_return_100": self.logger.mean_return(100),
             "fps": fps,
+            "first_batch_s": progress.first_batch_s,
             "run_dir": str(self.dir),
             **evals,
             "weights_checksum": self.weights_checksum(),

@@ -10,8 +10,9 @@ Atari (one run per call, meant for ``nohup``; both kinds write ``episodes.csv`` 
     python -m benchmarks.learning compare runs/parity/ppo-breakout-*-s0 \\
         -o docs/results/learning/ppo_breakout
 
-``--impl accelrl`` runs the recipe itself (``recipes/<algo>_atari.py``) with the plain loop's
-settings; ``--impl plain`` runs ``benchmarks.plain_loops`` (numpy + PyTorch, no TorchRL).
+Both read one recipe ``Config``, parsed from the same flags (``atari_recipe_args``): ``--impl
+accelrl`` runs the recipe itself (``recipes/<algo>_atari.py``) with it, ``--impl plain`` runs
+``benchmarks.plain_loops`` (numpy + PyTorch, no TorchRL) with it (``atari_config``).
 CartPole mode, the side-by-side table of every algorithm (``benchmarks.learning_cartpole``):
 
     python -m benchmarks.learning cartpole [--algos ...] [--seeds 0 1 2] [--quick] [--json P]
@@ -21,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib
 import math
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,8 +36,8 @@ import numpy as np
 
 
 def atari_recipe_args(algo: str, game: str, frames: int, seed: int, run_dir: str) -> list[str]:
-    """Recipe flags for the parity runs: the recipe defaults, which the plain loops copy, plus
-    the DQN variant the issue names (double, 3-step)."""
+    """Recipe flags for the parity runs: the recipe defaults plus the DQN variant the issue
+    names (``DQN_ATARI``: double, 3-step)."""
     args = [
         "--env.game", game, "--total-frames", str(frames), "--seed", str(seed),
         "--run-dir", run_dir,
@@ -42,11 +45,9 @@ def atari_recipe_args(algo: str, game: str, frames: int, seed: int, run_dir: str
         "--log.checkpoint-every-frames", "250000" if algo == "dqn" else "100000",
     ]  # fmt: skip
     if algo == "dqn":
-        args += [
-            "--dqn.double", "--dqn.n-step", "3",
-            "--dqn.replay-capacity", str(DQN_ATARI["replay_capacity"]),
-            "--dqn.eps-decay-frames", str(DQN_ATARI["eps_decay_frames"]),
-        ]  # fmt: skip
+        for name, value in DQN_ATARI.items():
+            flag = "--dqn." + name.replace("_", "-")
+            args += [flag] if value is True else [flag, str(value)]
     return args
 
 
@@ -57,17 +58,14 @@ intensity 8, 80k warm-up frames, target copy every 2000 updates) with double Q-l
 transitions (the plain loop stores both stacks of each: 5.6 GB at 100k)."""
 
 
-def plain_settings(algo: str, frames: int):
-    """The plain loop's settings: the recipe's config defaults (one source of truth)."""
-    from benchmarks import plain_loops as pl
+def atari_config(algo: str, game: str, frames: int, seed: int, run_dir: str = "unused") -> Any:
+    """The recipe's ``Config`` that ``--impl accelrl`` runs with: ``atari_recipe_args`` parsed by
+    the recipe's own flag parser (DQN presets applied). The plain loop reads its settings here."""
+    from accelrl.cli import parse_flags
 
-    if algo == "ppo":
-        return pl.PPOSettings(total_frames=frames)
-    if algo == "a2c":
-        return pl.A2CSettings(total_frames=frames)
-    from accelrl.algos.dqn import DQNConfig
-
-    return pl.dqn_settings(DQNConfig(**DQN_ATARI), 8, 32, total_frames=frames)
+    recipe = importlib.import_module(f"recipes.{algo}_atari")
+    cfg = parse_flags(recipe.Config, atari_recipe_args(algo, game, frames, seed, run_dir))
+    return recipe.resolve(cfg) if algo == "dqn" else cfg
 
 
 class EpisodeFiles:
@@ -106,11 +104,12 @@ def run_plain_atari(algo: str, game: str, frames: int, seed: int, run_dir: Path)
     from benchmarks import plain_loops as pl
 
     torch.set_num_threads(1)
-    s = plain_settings(algo, frames)
-    per_iter = s.num_envs * s.steps * pl.FRAMESKIP
-    iterations = math.ceil(frames / per_iter)
+    cfg = atari_config(algo, game, frames, seed, str(run_dir))
+    envs, steps = pl.batch_layout(cfg)
+    per_iter = envs * steps * cfg.env.frameskip
+    iterations = pl.iterations_for(cfg)
     (run_dir).mkdir(parents=True, exist_ok=True)
-    (run_dir / "settings.txt").write_text(f"{algo} {game} seed {seed}\n{s}\n")
+    (run_dir / "settings.txt").write_text(f"{algo} {game} seed {seed} (plain loop)\n{cfg}\n")
     files = EpisodeFiles(run_dir)
     report_every = max(1, iterations // 200)
 
@@ -126,15 +125,13 @@ def run_plain_atari(algo: str, game: str, frames: int, seed: int, run_dir: Path)
 
     loop = {"ppo": pl.plain_ppo, "a2c": pl.plain_a2c, "dqn": pl.plain_dqn}[algo]
     try:
-        loop(game, s, iterations, seed=seed, threads=2, on_iteration=on_iteration)
+        loop(cfg, iterations, threads=2, on_iteration=on_iteration)
     finally:
         files.close()
 
 
 def run_accelrl_atari(algo: str, game: str, frames: int, seed: int, run_dir: Path,
                       resume: bool) -> None:  # fmt: skip
-    import importlib
-
     recipe = importlib.import_module(f"recipes.{algo}_atari")
     from accelrl.cli import run_recipe
 

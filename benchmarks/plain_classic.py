@@ -15,14 +15,23 @@ same settings and seeds.
 - ``plain_a2c``: the same MLPs, n-step returns over each rollout segment, one step of
   TensorFlow-form RMSprop per batch.
 
+Every loop takes the recipe's own ``Config`` (``recipes/<algo>_atari.py``: plain dataclasses,
+built for CartPole by ``benchmarks.learning_cartpole.cartpole_config``) and reads its settings
+there, as the recipe does: ``cfg.env`` (game, simulators), ``cfg.collector.steps_per_batch``,
+``cfg.model.mlp_hidden``, the algorithm's section (``cfg.dqn``, ``cfg.ppo``, ``cfg.a2c``),
+``cfg.total_frames`` (a frame is an agent step outside Atari), ``cfg.seed`` and
+``cfg.log.eval_episodes``. A renamed field fails here with ``AttributeError``; a setting the loop
+does not implement (A2C with Adam) raises ``ValueError``.
+
 An ended episode is ``terminated | truncated``: a terminated one does not bootstrap, a truncated
 one (CartPole's 500-step limit) bootstraps from its final observation. Each loop returns
 ``{"last100", "greedy_eval", "episodes", "seconds", "curve"}`` (``curve``: (env steps, return)
-per finished training episode; ``greedy_eval``: mean return of ``eval_episodes`` greedy episodes
-on a separate env after training).
+per finished training episode; ``greedy_eval``: mean return of ``cfg.log.eval_episodes`` greedy
+episodes on a separate env after training).
 
-    python -m benchmarks.plain_classic dqn --seed 0 [--double --dueling --n-step 3 ...]
-    python -m benchmarks.plain_classic ppo --seed 0
+    python -m benchmarks.plain_classic dqn --seed 0        # learning_cartpole's settings
+    python -m benchmarks.plain_classic rainbow --seed 1 --dqn.lr 1e-3 --total-frames 20000
+    python -m benchmarks.plain_classic ppo --help          # every recipe flag
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -42,11 +51,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.plain_loops import SumTree  # the same numpy sum tree as the Atari plain DQN
+# The same numpy sum tree as the Atari plain DQN, and the batch layout of a recipe config.
+from benchmarks.plain_loops import SumTree, batch_layout, require
+
+if TYPE_CHECKING:  # the recipes' config dataclasses, for annotations only
+    from accelrl.algos.dqn import DQNConfig
+    from recipes.a2c_atari import Config as A2CRecipeConfig
+    from recipes.dqn_atari import Config as DQNRecipeConfig
+    from recipes.ppo_atari import Config as PPORecipeConfig
 
 ENV_ID = "CartPole-v1"
 EVAL_SEED_OFFSET = 10_000
 """Evaluation episode k of a run with seed s resets with seed s + 10_000 + k."""
+PRIORITY_EPS = 1e-6
+"""Added to every priority before the exponent (``accelrl.replay.FrameReplay``'s default)."""
 
 
 # --- shared pieces ----------------------------------------------------------------------------
@@ -95,9 +113,11 @@ class Episodes:
 
 
 @torch.no_grad()
-def greedy_eval(act: Callable[[torch.Tensor], torch.Tensor], episodes: int, seed: int) -> float:
+def greedy_eval(
+    act: Callable[[torch.Tensor], torch.Tensor], episodes: int, seed: int, env_id: str = ENV_ID
+) -> float:
     """Mean return of ``episodes`` episodes on a separate env with the greedy action."""
-    env = gym.make(ENV_ID)
+    env = gym.make(env_id)
     returns = []
     try:
         for k in range(episodes):
@@ -128,48 +148,6 @@ def result(episodes: Episodes, greedy: float, start: float) -> dict:
 # --- DQN family -------------------------------------------------------------------------------
 
 
-@dataclass
-class DQNClassicSettings:
-    """DQN on CartPole (RL-zoo's settings); the flags combine as the DQN recipe's."""
-
-    num_envs: int = 8
-    steps_per_batch: int = 256
-    """Transitions collected over all simulators between update phases."""
-    hidden: tuple[int, ...] = (256, 256)
-    lr: float = 2.3e-3
-    adam_eps: float = 1e-8
-    batch_size: int = 64
-    buffer_size: int = 100_000
-    learning_starts: int = 1000
-    """Transitions collected before the first update phase."""
-    training_intensity: float = 32.0
-    """Replayed samples per collected sample: intensity x steps_per_batch / batch_size updates
-    per phase."""
-    target_update_interval: int = 128
-    """Gradient steps between hard target copies (when tau is 0)."""
-    tau: float = 0.0
-    """> 0: Polyak-average the target by tau after every gradient step instead."""
-    eps_start: float = 1.0
-    eps_end: float = 0.04
-    eps_decay_steps: int = 8000
-    gamma: float = 0.99
-    max_grad_norm: float = 10.0
-    total_steps: int = 50_000
-    double: bool = False
-    dueling: bool = False
-    n_step: int = 1
-    prioritized: bool = False
-    priority_alpha: float = 0.5
-    priority_beta: float = 0.4
-    """Annealed linearly to 1 over total_steps."""
-    priority_eps: float = 1e-6
-    distributional: bool = False
-    atoms: int = 51
-    v_min: float = 0.0
-    v_max: float = 100.0
-    eval_episodes: int = 10
-
-
 class QNet(nn.Module):
     """ReLU MLP trunk (PyTorch default init), linear head(s): Q [B, A] or logits [B, A, atoms]."""
 
@@ -195,17 +173,18 @@ class QNet(nn.Module):
 
 
 class Replay:
-    """(obs, action, reward, next obs, terminated, ended) in a ring of ``buffer_size / N`` steps
-    per simulator; n-step returns are summed when sampling.
+    """(obs, action, reward, next obs, terminated, ended) in a ring of ``replay_capacity / N``
+    steps per simulator; n-step returns are summed when sampling. ``d``: the recipe's
+    ``cfg.dqn``.
 
     Step ``p`` of simulator ``e`` is flat index ``(p % L) * N + e``. A step is sampled only once
     its n - 1 successors are stored; with ``prioritized`` its leaf stays 0 until then and gets
     the largest priority seen so far.
     """
 
-    def __init__(self, s: DQNClassicSettings, obs_dim: int) -> None:
-        self.s, self.n = s, s.num_envs
-        self.len = max(s.n_step + 1, s.buffer_size // s.num_envs)
+    def __init__(self, d: DQNConfig, num_envs: int, obs_dim: int) -> None:
+        self.s, self.n = d, num_envs
+        self.len = max(d.n_step + 1, d.replay_capacity // num_envs)
         shape = (self.len, self.n)
         self.obs = np.zeros((*shape, obs_dim), dtype=np.float32)
         self.next_obs = np.zeros_like(self.obs)
@@ -214,7 +193,7 @@ class Replay:
         self.terminated = np.zeros(shape, dtype=bool)
         self.ended = np.zeros(shape, dtype=bool)
         self.written = 0  # vector steps stored so far
-        self.tree = SumTree(self.len * self.n) if s.prioritized else None
+        self.tree = SumTree(self.len * self.n) if d.prioritized else None
         self.max_priority = 1.0
 
     def add(self, obs, action, reward, next_obs, terminated, ended) -> None:
@@ -272,28 +251,33 @@ class Replay:
     def update_priority(self, flat: np.ndarray, priority: np.ndarray) -> None:
         if self.tree is None:
             return
-        priority = priority + self.s.priority_eps
+        priority = priority + PRIORITY_EPS
         self.max_priority = max(self.max_priority, float(priority.max()))
         self.tree.set(flat, priority**self.s.priority_alpha)
 
 
-def plain_dqn(s: DQNClassicSettings, seed: int) -> dict:
+def plain_dqn(cfg: DQNRecipeConfig) -> dict:
+    """The DQN family with ``cfg``'s settings (``cfg.dqn``, presets already applied by
+    ``recipes.dqn_atari.resolve``): ``learning_starts_frames``, ``eps_decay_frames`` and
+    ``total_frames`` count agent steps here."""
+    s, seed, num_envs = cfg.dqn, cfg.seed, cfg.env.num_envs
+    total_steps, steps_per_batch = cfg.total_frames, cfg.collector.steps_per_batch
     start = time.perf_counter()
     seed_all(seed)
-    env = make_vec_env(s.num_envs)
+    env = make_vec_env(num_envs, cfg.env.game)
     obs_dim = env.single_observation_space.shape[0]
     num_actions = int(env.single_action_space.n)
     atoms = s.atoms if s.distributional else 1
-    online = QNet(obs_dim, num_actions, s.hidden, s.dueling, atoms)
+    online = QNet(obs_dim, num_actions, cfg.model.mlp_hidden, s.dueling, atoms)
     target = copy.deepcopy(online).requires_grad_(False)
     opt = torch.optim.Adam(online.parameters(), lr=s.lr, eps=s.adam_eps)
-    replay = Replay(s, obs_dim)
+    replay = Replay(s, num_envs, obs_dim)
     support = torch.linspace(s.v_min, s.v_max, s.atoms)
     dz = (s.v_max - s.v_min) / (s.atoms - 1)
     rows = torch.arange(s.batch_size)
-    per_phase = s.training_intensity * s.steps_per_batch / s.batch_size
-    steps_per_env = s.steps_per_batch // s.num_envs
-    episodes = Episodes(s.num_envs)
+    per_phase = s.training_intensity * steps_per_batch / s.batch_size
+    steps_per_env = batch_layout(cfg)[1]
+    episodes = Episodes(num_envs)
     collected, updates, credit = 0, 0, 0.0
 
     def q_values(net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
@@ -350,30 +334,30 @@ def plain_dqn(s: DQNClassicSettings, seed: int) -> dict:
 
     obs, _ = env.reset(seed=seed)
     try:
-        while collected < s.total_steps:
+        while collected < total_steps:
             for _ in range(steps_per_env):
-                progress = min(1.0, collected / s.eps_decay_steps)
+                progress = min(1.0, collected / s.eps_decay_frames)
                 eps = s.eps_start + progress * (s.eps_end - s.eps_start)
                 with torch.no_grad():
                     greedy = q_values(online, torch.from_numpy(obs)).argmax(-1).numpy()
-                explore = np.random.random_sample(s.num_envs) < eps
-                action = np.where(explore, np.random.randint(num_actions, size=s.num_envs), greedy)
+                explore = np.random.random_sample(num_envs) < eps
+                action = np.where(explore, np.random.randint(num_actions, size=num_envs), greedy)
                 new_obs, reward, terminated, ended, next_obs = step_env(env, action)
                 replay.add(obs, action, reward, next_obs, terminated, ended)
-                collected += s.num_envs
+                collected += num_envs
                 episodes.record(reward, ended, collected)
                 obs = new_obs
-            if collected >= s.learning_starts:
-                beta = s.priority_beta + min(1.0, collected / s.total_steps) * (
-                    1.0 - s.priority_beta
-                )
+            if collected >= s.learning_starts_frames:
+                beta = s.priority_beta + min(1.0, collected / total_steps) * (1.0 - s.priority_beta)
                 credit += per_phase
                 while credit >= 1.0:
                     update(beta)
                     credit -= 1.0
     finally:
         env.close()
-    greedy = greedy_eval(lambda o: q_values(online, o).argmax(-1), s.eval_episodes, seed)
+    greedy = greedy_eval(
+        lambda o: q_values(online, o).argmax(-1), cfg.log.eval_episodes, seed, cfg.env.game
+    )
     return result(episodes, greedy, start)
 
 
@@ -468,49 +452,23 @@ def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-@dataclass
-class PPOClassicSettings:
-    """PPO on CartPole (RL-zoo's settings, as accelrl's CartPole test runs the recipe)."""
-
-    num_envs: int = 8
-    steps: int = 32
-    """Steps of every simulator per batch (8 x 32 = 256 transitions)."""
-    hidden: tuple[int, ...] = (64, 64)
-    lr: float = 1e-3
-    adam_eps: float = 1e-5
-    anneal_lr: bool = True
-    clip: float = 0.2
-    anneal_clip: bool = True
-    clip_value: bool = True
-    """Clip the value update to the (annealed) clip range around the old value, as baselines'
-    PPO2 and the recipe (``accelrl.algos.ppo.PPO.update`` anneals TorchRL's ``clip_value`` with
-    ``clip_epsilon``)."""
-    epochs: int = 20
-    minibatches: int = 1
-    gamma: float = 0.98
-    gae_lambda: float = 0.8
-    entropy_coef: float = 0.0
-    value_coef: float = 0.5
-    """Weight of 0.5 * (V - R)^2."""
-    normalize_advantage: bool = True
-    max_grad_norm: float = 0.5
-    total_steps: int = 150_000
-    eval_episodes: int = 10
-
-
-def plain_ppo(s: PPOClassicSettings, seed: int) -> dict:
+def plain_ppo(cfg: PPORecipeConfig) -> dict:
+    """PPO with ``cfg``'s settings (``cfg.ppo``): separate actor and critic MLPs of
+    ``cfg.model.mlp_hidden``."""
+    s, seed, total_steps = cfg.ppo, cfg.seed, cfg.total_frames
     start = time.perf_counter()
     seed_all(seed)
-    env = make_vec_env(s.num_envs)
-    model = ActorCritic(env.single_observation_space.shape[0], env.single_action_space.n, s.hidden)
+    env = make_vec_env(cfg.env.num_envs, cfg.env.game)
+    obs_dim, num_actions = env.single_observation_space.shape[0], env.single_action_space.n
+    model = ActorCritic(obs_dim, num_actions, cfg.model.mlp_hidden)
     opt = torch.optim.Adam(model.parameters(), lr=s.lr, eps=s.adam_eps)
-    rollout = Rollout(env, model, s.steps, seed)
+    rollout = Rollout(env, model, batch_layout(cfg)[1], seed)
     try:
-        while rollout.collected < s.total_steps:
+        while rollout.collected < total_steps:
             batch = rollout.collect()
-            remaining = max(0.0, 1.0 - rollout.collected / s.total_steps)
+            remaining = max(0.0, 1.0 - rollout.collected / total_steps)
             set_lr(opt, s.lr * (remaining if s.anneal_lr else 1.0))
-            clip = max(s.clip * (remaining if s.anneal_clip else 1.0), 1e-8)
+            clip = max(s.clip_epsilon * (remaining if s.anneal_clip else 1.0), 1e-8)
             with torch.no_grad():
                 adv, ret = gae(batch, s.gamma, s.gae_lambda)
             flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in batch.items()}
@@ -530,7 +488,8 @@ def plain_ppo(s: PPOClassicSettings, seed: int) -> dict:
                     pg = -torch.min(ratio * a, ratio.clamp(1 - clip, 1 + clip) * a).mean()
                     v = model.value(mb["obs"])
                     v_loss = (v - mb["return"]) ** 2
-                    if s.clip_value:
+                    if s.clip_value:  # to the annealed clip range, as baselines' PPO2 and
+                        # the recipe (``PPO.update`` anneals TorchRL's clip_value with it)
                         v_old = mb["value"]
                         v_clipped = v_old + (v - v_old).clamp(-clip, clip)
                         v_loss = torch.max(v_loss, (v_clipped - mb["return"]) ** 2)
@@ -543,7 +502,9 @@ def plain_ppo(s: PPOClassicSettings, seed: int) -> dict:
                     opt.step()
     finally:
         env.close()
-    greedy = greedy_eval(lambda o: model.actor(o).argmax(-1), s.eval_episodes, seed)
+    greedy = greedy_eval(
+        lambda o: model.actor(o).argmax(-1), cfg.log.eval_episodes, seed, cfg.env.game
+    )
     return result(rollout.episodes, greedy, start)
 
 
@@ -570,41 +531,22 @@ class RMSpropTF(torch.optim.Optimizer):
                 p.addcdiv_(p.grad, avg.add(group["eps"]).sqrt_(), value=-group["lr"])
 
 
-@dataclass
-class A2CClassicSettings:
-    """A2C on CartPole: 8 x 5 steps, TF-form RMSprop (as accelrl's CartPole test runs the
-    recipe)."""
-
-    num_envs: int = 8
-    steps: int = 5
-    hidden: tuple[int, ...] = (64, 64)
-    lr: float = 4e-3
-    anneal_lr: bool = True
-    rms_alpha: float = 0.99
-    rms_eps: float = 1e-5
-    gamma: float = 0.99
-    gae_lambda: float = 1.0
-    """1.0: n-step returns over each segment (bootstrapped from the value after its last step)."""
-    entropy_coef: float = 0.0
-    value_coef: float = 0.5
-    """Weight of (V - R)^2."""
-    normalize_advantage: bool = False
-    max_grad_norm: float = 0.5
-    total_steps: int = 150_000
-    eval_episodes: int = 10
-
-
-def plain_a2c(s: A2CClassicSettings, seed: int) -> dict:
+def plain_a2c(cfg: A2CRecipeConfig) -> dict:
+    """A2C with ``cfg``'s settings (``cfg.a2c``; TF-form RMSprop): the PPO loop's MLPs, one
+    gradient step per batch."""
+    s, seed, total_steps = cfg.a2c, cfg.seed, cfg.total_frames
+    require("a2c", s, optimizer="rmsprop")
     start = time.perf_counter()
     seed_all(seed)
-    env = make_vec_env(s.num_envs)
-    model = ActorCritic(env.single_observation_space.shape[0], env.single_action_space.n, s.hidden)
-    opt = RMSpropTF(model.parameters(), lr=s.lr, alpha=s.rms_alpha, eps=s.rms_eps)
-    rollout = Rollout(env, model, s.steps, seed)
+    env = make_vec_env(cfg.env.num_envs, cfg.env.game)
+    obs_dim, num_actions = env.single_observation_space.shape[0], env.single_action_space.n
+    model = ActorCritic(obs_dim, num_actions, cfg.model.mlp_hidden)
+    opt = RMSpropTF(model.parameters(), lr=s.lr, alpha=s.rms_alpha, eps=s.eps)
+    rollout = Rollout(env, model, batch_layout(cfg)[1], seed)
     try:
-        while rollout.collected < s.total_steps:
+        while rollout.collected < total_steps:
             batch = rollout.collect()
-            remaining = max(0.0, 1.0 - rollout.collected / s.total_steps)
+            remaining = max(0.0, 1.0 - rollout.collected / total_steps)
             set_lr(opt, s.lr * (remaining if s.anneal_lr else 1.0))
             with torch.no_grad():
                 adv, ret = gae(batch, s.gamma, s.gae_lambda)
@@ -624,49 +566,48 @@ def plain_a2c(s: A2CClassicSettings, seed: int) -> dict:
             opt.step()
     finally:
         env.close()
-    greedy = greedy_eval(lambda o: model.actor(o).argmax(-1), s.eval_episodes, seed)
+    greedy = greedy_eval(
+        lambda o: model.actor(o).argmax(-1), cfg.log.eval_episodes, seed, cfg.env.game
+    )
     return result(rollout.episodes, greedy, start)
 
 
 # --- command line -----------------------------------------------------------------------------
 
-LOOPS = {
-    "dqn": (DQNClassicSettings, plain_dqn),
-    "ppo": (PPOClassicSettings, plain_ppo),
-    "a2c": (A2CClassicSettings, plain_a2c),
-}
+LOOPS = {"dqn": plain_dqn, "ppo": plain_ppo, "a2c": plain_a2c}
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("algo", choices=list(LOOPS))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", help="write the result (with the curve) here")
-    # Every settings field of the chosen loop as --name value (booleans: --flag / --no-flag).
+    # learning_cartpole builds the recipes' configs (it imports the recipes): only here.
+    import tyro
+
+    from benchmarks import learning_cartpole as lc
+
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        add_help=False,
+        epilog="Every other flag is the recipe's own (ALGO --help lists them), applied over "
+        "benchmarks.learning_cartpole's settings for ALGO.",
+    )
+    p.add_argument("algo", choices=list(lc.KINDS))
+    p.add_argument("--json", help="write the config and the result (with the curve) here")
     args, rest = p.parse_known_args(argv)
-    settings_cls, loop = LOOPS[args.algo]
-    sp = argparse.ArgumentParser(prog=f"plain_classic {args.algo}")
-    for f in dataclasses.fields(settings_cls):
-        flag = "--" + f.name.replace("_", "-")
-        default = getattr(settings_cls(), f.name)
-        if isinstance(default, bool):
-            sp.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
-        elif isinstance(default, tuple):
-            sp.add_argument(flag, type=int, nargs="+", default=default)
-        else:
-            sp.add_argument(flag, type=type(default), default=default)
-    values = vars(sp.parse_args(rest))
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-    settings = settings_cls(**values)
+    kind = lc.KINDS[args.algo]
+    cfg = lc.cartpole_config(args.algo)
+    cfg = tyro.cli(type(cfg), default=cfg, args=rest, prog=f"plain_classic {args.algo}")
+    if kind == "dqn":
+        from recipes.dqn_atari import resolve
+
+        cfg = resolve(cfg)
     torch.set_num_threads(1)
-    out = loop(settings, args.seed)
+    out = LOOPS[kind](cfg)
     print(
-        f"{args.algo} seed {args.seed}: last-100 {out['last100']:.1f}, greedy "
+        f"{args.algo} seed {cfg.seed}: last-100 {out['last100']:.1f}, greedy "
         f"{out['greedy_eval']:.1f}, {out['episodes']} episodes, {out['seconds']:.1f} s"
     )
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"settings": dataclasses.asdict(settings), "seed": args.seed, **out}, fh)
+            json.dump({"config": dataclasses.asdict(cfg), "seed": cfg.seed, **out}, fh)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,12 @@
 the recipes (``benchmarks.run``'s training rows).
 
 Written the way a single-file implementation (CleanRL-style) would be: numpy arrays from the
-simulator, torch tensors, one ``nn.Module``, no TensorDict, no TorchRL, no accelrl code (only
-its game-name lookup). Each loop uses the same simulator settings as accelrl's ``ale_vec``
-backend (frameskip 4 with max-pool, 84x84 grayscale, 4-frame stack, up to 30 no-ops, FIRE on
-reset, sticky actions 0.25, SameStep autoreset), the same Nature CNN (conv 32x8s4, 64x4s2, 64x3s1,
-512 units) and the defaults of the matching recipe, and does the same work per step and per
-update as the recipe:
+simulator, torch tensors, one ``nn.Module``, no TensorDict, no TorchRL, no accelrl runtime code
+(only its game-name lookup and the config's batch arithmetic). Each loop uses the same simulator
+settings as accelrl's ``ale_vec`` backend (by default frameskip 4 with max-pool, 84x84
+grayscale, 4-frame stack, up to 30 no-ops, FIRE on reset, sticky actions 0.25; SameStep
+autoreset), the same Nature CNN (conv 32x8s4, 64x4s2, 64x3s1, 512 units) and the matching
+recipe's hyperparameters, and does the same work per step and per update as the recipe:
 
 - ``plain_ppo``: T steps of every simulator (one forward pass per step gives actions,
   log-probabilities and values), GAE with lost lives as bootstrap boundaries (a truncated
@@ -22,6 +22,17 @@ update as the recipe:
   ``DistributionalDQNLoss`` does) as the DQN recipe's flags; Huber loss, Adam, hard target
   copies, ``training_intensity`` replayed samples per collected sample.
 
+Every loop takes the recipe's own ``Config`` (``recipes/<algo>_atari.py``; plain dataclasses)
+and reads its hyperparameters there, so one config drives the recipe and its plain loop: the
+simulators and preprocessing from ``cfg.env``, the batch from ``cfg.collector.steps_per_batch``
+(over ``accelrl.config.rows_per_batch`` simulators), the algorithm's section (``cfg.ppo``, or
+``cfg.appo`` with ``section="appo"``; ``cfg.a2c``; ``cfg.dqn``, resolved first by
+``recipes.dqn_atari.resolve``, which applies presets), ``cfg.total_frames`` (annealing) and
+``cfg.seed``. A renamed field fails here with ``AttributeError``; a setting the loop does not
+implement (``life_loss_boundary=False``, A2C with Adam, APPO's V-trace, DQN's Polyak ``tau``)
+raises ``ValueError``. Only what has no recipe counterpart is a parameter: ``iterations`` (stop
+early), ``device``, the simulator ``threads`` and an ``on_iteration`` hook.
+
 Every loop returns one ``(frames, seconds)`` record per iteration (collection + update), counted
 from after its setup, as the recipes' ``metrics.csv`` rows; ``steady_fps`` turns either into
 frames/s excluding the first ``warmup`` iterations.
@@ -33,18 +44,26 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-FRAMESKIP = 4
+from accelrl.config import rows_per_batch  # config arithmetic (accelrl.config is data only)
+
+if TYPE_CHECKING:  # the recipes' config dataclasses, for annotations only
+    from accelrl.algos.dqn import DQNConfig
+    from accelrl.config import EnvConfig
+    from recipes.a2c_atari import Config as A2CRecipeConfig
+    from recipes.appo_atari import Config as APPORecipeConfig
+    from recipes.dqn_atari import Config as DQNRecipeConfig
+    from recipes.ppo_atari import Config as PPORecipeConfig
+
 Record = tuple[int, float]  # (emulator frames so far, seconds since the loop started)
 
 
@@ -56,29 +75,64 @@ def steady_fps(records: Sequence[Record], warmup: int) -> float:
     return (f1 - f0) / max(t1 - t0, 1e-9)
 
 
+def batch_layout(cfg: Any) -> tuple[int, int]:
+    """(simulators, steps of each) in one batch of a recipe's config: ``steps_per_batch`` agent
+    steps over every env of every worker (one worker's envs with collector kind async), all in
+    this process for a plain loop."""
+    envs = rows_per_batch(cfg.env, cfg.collector)
+    if cfg.collector.steps_per_batch % envs:
+        raise ValueError(
+            f"collector.steps_per_batch={cfg.collector.steps_per_batch} is not a multiple of the "
+            f"{envs} simulators of a batch"
+        )
+    return envs, cfg.collector.steps_per_batch // envs
+
+
+def iterations_for(cfg: Any) -> int:
+    """Batches until ``cfg.total_frames`` (the recipe stops at the first batch that reaches it)."""
+    envs, steps = batch_layout(cfg)
+    return math.ceil(cfg.total_frames / (envs * steps * cfg.env.frameskip))
+
+
+def require(section: str, values: Any, **implemented: Any) -> None:
+    """``ValueError`` for a setting the plain loop does not implement (``section.name`` away from
+    the one value it does)."""
+    for name, value in implemented.items():
+        if getattr(values, name) != value:
+            raise ValueError(
+                f"{section}.{name}={getattr(values, name)!r}: the plain loop implements only "
+                f"{value!r}"
+            )
+
+
 # --- simulators -------------------------------------------------------------------------------
 
 
 class VecAtari:
-    """``AtariVectorEnv`` with DeepMind preprocessing in C++, plus life-loss and reward-sign
-    bookkeeping in numpy. ``obs`` is the current uint8 batch ``[N, 4, 84, 84]``."""
+    """``AtariVectorEnv`` with DeepMind preprocessing in C++ as ``env`` (an ``EnvConfig``: the
+    recipe's ``cfg.env``) describes it, plus life-loss and reward-sign bookkeeping in numpy.
+    ``obs`` is the current uint8 batch ``[N, frame_stack, screen, screen]``."""
 
-    def __init__(self, game: str, num_envs: int, threads: int, seed: int, sticky: float = 0.25):
+    def __init__(self, env: EnvConfig, num_envs: int, threads: int, seed: int):
         from ale_py.vector_env import AtariVectorEnv
 
         from accelrl.envs.games import rom_id
 
         self.env = AtariVectorEnv(
-            rom_id(game),
+            rom_id(env.game),
             num_envs,
             num_threads=threads,
             autoreset_mode="SameStep",
-            repeat_action_probability=sticky,
+            frameskip=env.frameskip,
+            stack_num=env.frame_stack,
+            img_height=env.screen_size,
+            img_width=env.screen_size,
+            repeat_action_probability=env.sticky_actions,
             reward_clipping=False,
             episodic_life=False,
-            noop_max=30,
-            use_fire_reset=True,
-            max_num_frames_per_episode=108_000,
+            noop_max=env.noop_max,
+            use_fire_reset=env.fire_reset,
+            max_num_frames_per_episode=env.max_episode_frames,
         )
         self.num_envs = num_envs
         self.num_actions = int(self.env.single_action_space.n)
@@ -115,9 +169,9 @@ class VecAtari:
 # --- networks ---------------------------------------------------------------------------------
 
 
-def nature_convs() -> nn.Sequential:
+def nature_convs(frame_stack: int = 4) -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv2d(4, 32, 8, stride=4),
+        nn.Conv2d(frame_stack, 32, 8, stride=4),
         nn.ReLU(),
         nn.Conv2d(32, 64, 4, stride=2),
         nn.ReLU(),
@@ -127,10 +181,18 @@ def nature_convs() -> nn.Sequential:
     )
 
 
+def nature_features(screen_size: int) -> int:
+    """Outputs of ``nature_convs`` for square frames (3136 at 84x84)."""
+    for kernel, stride in ((8, 4), (4, 2), (3, 1)):
+        screen_size = (screen_size - kernel) // stride + 1
+    return 64 * screen_size * screen_size
+
+
 class ActorCritic(nn.Module):
-    def __init__(self, num_actions: int) -> None:
+    def __init__(self, num_actions: int, frame_stack: int = 4, screen_size: int = 84) -> None:
         super().__init__()
-        self.trunk = nn.Sequential(nature_convs(), nn.Linear(3136, 512), nn.ReLU())
+        features = nature_features(screen_size)
+        self.trunk = nn.Sequential(nature_convs(frame_stack), nn.Linear(features, 512), nn.ReLU())
         self.pi = nn.Linear(512, num_actions)
         self.v = nn.Linear(512, 1)
 
@@ -143,13 +205,21 @@ class QNet(nn.Module):
     """Nature convs, then a 512-unit advantage stream (and value stream when dueling) giving
     ``[B, A]`` Q-values or ``[B, A, atoms]`` logits."""
 
-    def __init__(self, num_actions: int, dueling: bool, atoms: int) -> None:
+    def __init__(
+        self,
+        num_actions: int,
+        dueling: bool,
+        atoms: int,
+        frame_stack: int = 4,
+        screen_size: int = 84,
+    ) -> None:
         super().__init__()
         self.num_actions, self.atoms = num_actions, atoms
-        self.convs = nature_convs()
+        self.convs = nature_convs(frame_stack)
+        features = nature_features(screen_size)
 
         def stream(out: int) -> nn.Module:
-            return nn.Sequential(nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, out))
+            return nn.Sequential(nn.Linear(features, 512), nn.ReLU(), nn.Linear(512, out))
 
         self.adv = stream(num_actions * atoms)
         self.val = stream(atoms) if dueling else None
@@ -165,48 +235,12 @@ class QNet(nn.Module):
 # --- PPO and A2C ------------------------------------------------------------------------------
 
 
-@dataclass
-class PPOSettings:
-    """recipes/ppo_atari.py defaults."""
-
-    num_envs: int = 8
-    steps: int = 128
-    epochs: int = 4
-    minibatches: int = 4
-    lr: float = 2.5e-4
-    clip: float = 0.1
-    gamma: float = 0.99
-    lam: float = 0.95
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    adam_eps: float = 1e-5
-    total_frames: int = 10_000_000
-    """For the learning-rate and clip annealing only."""
-
-
-@dataclass
-class A2CSettings:
-    """recipes/a2c_atari.py defaults."""
-
-    num_envs: int = 16
-    steps: int = 5
-    lr: float = 7e-4
-    alpha: float = 0.99
-    eps: float = 1e-5
-    gamma: float = 0.99
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    total_frames: int = 10_000_000
-
-
 class Rollout:
     """T steps of every simulator with the actor-critic; tensors on ``device``."""
 
     def __init__(self, env: VecAtari, model: ActorCritic, steps: int, device: torch.device):
         n, self.env, self.model, self.steps, self.device = env.num_envs, env, model, steps, device
-        self.obs = torch.zeros((steps, n, 4, 84, 84), dtype=torch.uint8, device=device)
+        self.obs = torch.zeros((steps, *env.obs.shape), dtype=torch.uint8, device=device)
         self.actions = torch.zeros((steps, n), dtype=torch.int64, device=device)
         self.logp = torch.zeros((steps, n), device=device)
         self.values = torch.zeros((steps, n), device=device)
@@ -253,45 +287,51 @@ class Rollout:
         return adv
 
 
-def _setup(game: str, num_envs: int, threads: int, seed: int, device: str, sticky: float):
-    torch.manual_seed(seed)
-    env = VecAtari(game, num_envs, threads, seed, sticky)
+def _setup(cfg: Any, num_envs: int, threads: int, device: str) -> tuple[VecAtari, torch.device]:
+    torch.manual_seed(cfg.seed)
+    env = VecAtari(cfg.env, num_envs, threads, cfg.seed)
     return env, torch.device(device)
 
 
 def plain_ppo(
-    game: str,
-    s: PPOSettings,
-    iterations: int,
+    cfg: PPORecipeConfig | APPORecipeConfig,
+    iterations: int | None = None,
     *,
+    section: str = "ppo",
     device: str = "cpu",
     threads: int = 1,
-    seed: int = 0,
-    sticky: float = 0.25,
     on_iteration: Callable[[int, VecAtari], None] | None = None,
 ) -> list[Record]:
-    env, dev = _setup(game, s.num_envs, threads, seed, device, sticky)
-    model = ActorCritic(env.num_actions).to(dev)
-    opt = torch.optim.Adam(model.parameters(), lr=s.lr, eps=s.adam_eps)
-    rollout = Rollout(env, model, s.steps, dev)
-    n = s.num_envs * s.steps
-    mb = n // s.minibatches
+    """PPO with ``cfg``'s settings (``cfg.<section>``: ``ppo``, or ``appo`` for APPO's PPO
+    objective) for ``iterations`` batches (default: until ``cfg.total_frames``)."""
+    p = getattr(cfg, section)
+    require(section, p, life_loss_boundary=True)
+    if section == "appo":
+        require(section, p, vtrace=False)
+    num_envs, steps = batch_layout(cfg)
+    iterations = iterations_for(cfg) if iterations is None else iterations
+    env, dev = _setup(cfg, num_envs, threads, device)
+    model = ActorCritic(env.num_actions, cfg.env.frame_stack, cfg.env.screen_size).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=p.lr, eps=p.adam_eps)
+    rollout = Rollout(env, model, steps, dev)
+    n = num_envs * steps
+    mb = n // p.minibatches
     records: list[Record] = []
     frames, start = 0, time.perf_counter()
     try:
         for _ in range(iterations):
-            remaining = max(0.0, 1.0 - frames / s.total_frames)
+            remaining = max(0.0, 1.0 - frames / cfg.total_frames)
             for group in opt.param_groups:
-                group["lr"] = s.lr * remaining
-            clip = max(s.clip * remaining, 1e-8)
+                group["lr"] = p.lr * (remaining if p.anneal_lr else 1.0)
+            clip = max(p.clip_epsilon * (remaining if p.anneal_clip else 1.0), 1e-8)
             last_value = rollout.collect()
-            adv = rollout.advantages(last_value, s.gamma, s.lam)
+            adv = rollout.advantages(last_value, p.gamma, p.gae_lambda)
             returns = adv + rollout.values
-            b_obs = rollout.obs.reshape(n, 4, 84, 84)
+            b_obs = rollout.obs.reshape(n, *env.obs.shape[1:])
             b_act, b_logp = rollout.actions.reshape(n), rollout.logp.reshape(n)
             b_adv, b_ret, b_val = adv.reshape(n), returns.reshape(n), rollout.values.reshape(n)
             stats = torch.zeros(3, device=dev)
-            for _ in range(s.epochs):
+            for _ in range(p.epochs):
                 order = torch.randperm(n, device=dev)
                 for i in range(0, n, mb):
                     idx = order[i : i + mb]
@@ -301,24 +341,25 @@ def plain_ppo(
                     log_ratio = logp - b_logp[idx]
                     ratio = log_ratio.exp()
                     a = b_adv[idx]
-                    a = (a - a.mean()) / (a.std() + 1e-8)
+                    if p.normalize_advantage:
+                        a = (a - a.mean()) / (a.std() + 1e-8)
                     pg = -torch.min(ratio * a, ratio.clamp(1 - clip, 1 + clip) * a).mean()
-                    v_clipped = b_val[idx] + (value - b_val[idx]).clamp(-clip, clip)
-                    v_loss = (
-                        0.5
-                        * torch.max((value - b_ret[idx]) ** 2, (v_clipped - b_ret[idx]) ** 2).mean()
-                    )
-                    loss = pg - s.ent_coef * dist.entropy().mean() + s.vf_coef * v_loss
+                    v_loss = (value - b_ret[idx]) ** 2
+                    if p.clip_value:
+                        v_clipped = b_val[idx] + (value - b_val[idx]).clamp(-clip, clip)
+                        v_loss = torch.max(v_loss, (v_clipped - b_ret[idx]) ** 2)
+                    v_loss = 0.5 * v_loss.mean()
+                    loss = pg - p.entropy_coef * dist.entropy().mean() + p.value_coef * v_loss
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
-                    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), s.max_grad_norm)
+                    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), p.max_grad_norm)
                     opt.step()
                     with torch.no_grad():
                         kl = ((ratio - 1) - log_ratio).mean()
                         clipped = ((ratio - 1).abs() > clip).float().mean()
                         stats += torch.stack([kl, clipped, grad_norm])
             stats.tolist()  # the metrics reach the host once per update, as the recipe's
-            frames += n * FRAMESKIP
+            frames += n * cfg.env.frameskip
             records.append((frames, time.perf_counter() - start))
             if on_iteration is not None:
                 on_iteration(frames, env)
@@ -328,45 +369,52 @@ def plain_ppo(
 
 
 def plain_a2c(
-    game: str,
-    s: A2CSettings,
-    iterations: int,
+    cfg: A2CRecipeConfig,
+    iterations: int | None = None,
     *,
     device: str = "cpu",
     threads: int = 1,
-    seed: int = 0,
-    sticky: float = 0.25,
     on_iteration: Callable[[int, VecAtari], None] | None = None,
 ) -> list[Record]:
-    env, dev = _setup(game, s.num_envs, threads, seed, device, sticky)
-    model = ActorCritic(env.num_actions).to(dev)
+    """A2C with ``cfg``'s settings (``cfg.a2c``) for ``iterations`` batches (default: until
+    ``cfg.total_frames``)."""
+    a = cfg.a2c
+    require("a2c", a, optimizer="rmsprop", life_loss_boundary=True)
+    num_envs, steps = batch_layout(cfg)
+    iterations = iterations_for(cfg) if iterations is None else iterations
+    env, dev = _setup(cfg, num_envs, threads, device)
+    model = ActorCritic(env.num_actions, cfg.env.frame_stack, cfg.env.screen_size).to(dev)
     # TensorFlow's RMSprop (eps inside the square root, average from one), as OpenAI
     # baselines' A2C and the recipe use; PyTorch's form takes far larger early steps.
     from benchmarks.plain_classic import RMSpropTF
 
-    opt = RMSpropTF(model.parameters(), lr=s.lr, alpha=s.alpha, eps=s.eps)
-    rollout = Rollout(env, model, s.steps, dev)
-    n = s.num_envs * s.steps
+    opt = RMSpropTF(model.parameters(), lr=a.lr, alpha=a.rms_alpha, eps=a.eps)
+    rollout = Rollout(env, model, steps, dev)
+    n = num_envs * steps
     records: list[Record] = []
     frames, start = 0, time.perf_counter()
     try:
         for _ in range(iterations):
+            remaining = max(0.0, 1.0 - frames / cfg.total_frames)
             for group in opt.param_groups:
-                group["lr"] = s.lr * max(0.0, 1.0 - frames / s.total_frames)
+                group["lr"] = a.lr * (remaining if a.anneal_lr else 1.0)
             last_value = rollout.collect()
-            returns = (rollout.advantages(last_value, s.gamma, 1.0) + rollout.values).reshape(n)
-            logits, value = model(rollout.obs.reshape(n, 4, 84, 84))
+            adv = rollout.advantages(last_value, a.gamma, a.gae_lambda)
+            returns = (adv + rollout.values).reshape(n)
+            logits, value = model(rollout.obs.reshape(n, *env.obs.shape[1:]))
             dist = torch.distributions.Categorical(logits=logits)
             adv = returns - value.detach()
+            if a.normalize_advantage:
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
             pg = -(dist.log_prob(rollout.actions.reshape(n)) * adv).mean()
-            loss = pg + s.vf_coef * ((returns - value) ** 2).mean()
-            loss = loss - s.ent_coef * dist.entropy().mean()
+            loss = pg + a.value_coef * ((returns - value) ** 2).mean()
+            loss = loss - a.entropy_coef * dist.entropy().mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), s.max_grad_norm)
+            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), a.max_grad_norm)
             opt.step()
             float(loss.detach()), float(grad_norm)  # logged per update by the recipe too
-            frames += n * FRAMESKIP
+            frames += n * cfg.env.frameskip
             records.append((frames, time.perf_counter() - start))
             if on_iteration is not None:
                 on_iteration(frames, env)
@@ -376,53 +424,6 @@ def plain_a2c(
 
 
 # --- DQN family -------------------------------------------------------------------------------
-
-
-@dataclass
-class DQNSettings:
-    """recipes/dqn_atari.py defaults (``preset`` values are applied by ``dqn_settings``)."""
-
-    num_envs: int = 8
-    steps: int = 4
-    batch_size: int = 32
-    lr: float = 1e-4
-    adam_eps: float = 1.5e-4
-    gamma: float = 0.99
-    training_intensity: float = 8.0
-    learning_starts: int = 80_000
-    target_update_interval: int = 2_000
-    eps_start: float = 1.0
-    eps_end: float = 0.01
-    eps_decay_frames: int = 1_000_000
-    max_grad_norm: float = 10.0
-    capacity: int = 1_000_000
-    double: bool = False
-    dueling: bool = False
-    n_step: int = 1
-    prioritized: bool = False
-    distributional: bool = False
-    atoms: int = 51
-    v_min: float = -10.0
-    v_max: float = 10.0
-    alpha: float = 0.5
-    beta: float = 0.4
-    total_frames: int = 10_000_000
-    """For the importance-sampling exponent's annealing only."""
-
-
-def dqn_settings(dqn_cfg, num_envs: int, frames_per_batch: int, **overrides) -> DQNSettings:
-    """Plain settings equal to an accelrl ``DQNConfig`` (after its preset is applied)."""
-    names = {f.name for f in dataclasses.fields(DQNSettings)}
-    values = {k: v for k, v in dataclasses.asdict(dqn_cfg).items() if k in names}
-    values.update(
-        capacity=dqn_cfg.replay_capacity,
-        alpha=dqn_cfg.priority_alpha,
-        beta=dqn_cfg.priority_beta,
-        num_envs=num_envs,
-        steps=frames_per_batch // num_envs,
-    )
-    values.update(overrides)
-    return DQNSettings(**values)
 
 
 class SumTree:
@@ -459,21 +460,22 @@ class SumTree:
 
 
 class Replay:
-    """(obs, action, reward, next obs, terminal, boundary) in a ring of ``capacity / N`` steps
-    per simulator; n-step returns are summed when sampling."""
+    """(obs, action, reward, next obs, terminal, boundary) in a ring of ``replay_capacity / N``
+    steps per simulator; n-step returns are summed when sampling. ``d``: the recipe's
+    ``cfg.dqn``."""
 
-    def __init__(self, num_envs: int, s: DQNSettings) -> None:
-        self.n, self.s = num_envs, s
-        self.len = max(s.n_step + 1, s.capacity // num_envs)
+    def __init__(self, num_envs: int, d: DQNConfig, obs_shape: Sequence[int]) -> None:
+        self.n, self.s = num_envs, d
+        self.len = max(d.n_step + 1, d.replay_capacity // num_envs)
         shape = (self.len, num_envs)
-        self.obs = torch.zeros((*shape, 4, 84, 84), dtype=torch.uint8)
+        self.obs = torch.zeros((*shape, *obs_shape), dtype=torch.uint8)
         self.next_obs = torch.zeros_like(self.obs)
         self.action = torch.zeros(shape, dtype=torch.int64)
         self.reward = torch.zeros(shape)
         self.term = torch.zeros(shape, dtype=torch.bool)
         self.done = torch.zeros(shape, dtype=torch.bool)
         self.written = 0
-        self.tree = SumTree(self.len * num_envs) if s.prioritized else None
+        self.tree = SumTree(self.len * num_envs) if d.prioritized else None
         self.max_priority = 1.0
 
     def add(self, obs, action, reward, next_obs, term, done) -> None:
@@ -487,7 +489,8 @@ class Replay:
             ready = self.written - self.s.n_step
             if ready >= 0:
                 q = ready % self.len
-                self.tree.set(q * self.n + envs, np.full(self.n, self.max_priority**self.s.alpha))
+                value = self.max_priority**self.s.priority_alpha
+                self.tree.set(q * self.n + envs, np.full(self.n, value))
 
     def sample(self, batch: int, beta: float):
         n_step, rng = self.s.n_step, np.random
@@ -532,29 +535,34 @@ class Replay:
             return
         priority = np.maximum(priority, 1e-6)
         self.max_priority = max(self.max_priority, float(priority.max()))
-        self.tree.set(flat, priority**self.s.alpha)
+        self.tree.set(flat, priority**self.s.priority_alpha)
 
 
 def plain_dqn(
-    game: str,
-    s: DQNSettings,
-    iterations: int,
+    cfg: DQNRecipeConfig,
+    iterations: int | None = None,
     *,
     device: str = "cpu",
     threads: int = 1,
-    seed: int = 0,
-    sticky: float = 0.25,
     on_iteration: Callable[[int, VecAtari], None] | None = None,
 ) -> list[Record]:
-    env, dev = _setup(game, s.num_envs, threads, seed, device, sticky)
+    """The DQN family with ``cfg``'s settings (``cfg.dqn``, presets already applied by
+    ``recipes.dqn_atari.resolve``) for ``iterations`` batches (default: until
+    ``cfg.total_frames``)."""
+    s = cfg.dqn
+    require("dqn", s, tau=0.0, life_loss_boundary=True)
+    n, steps = batch_layout(cfg)
+    iterations = iterations_for(cfg) if iterations is None else iterations
+    env, dev = _setup(cfg, n, threads, device)
     atoms = s.atoms if s.distributional else 1
-    online = QNet(env.num_actions, s.dueling, atoms).to(dev)
+    online = QNet(env.num_actions, s.dueling, atoms, cfg.env.frame_stack, cfg.env.screen_size)
+    online = online.to(dev)
     target = copy.deepcopy(online).requires_grad_(False)
     opt = torch.optim.Adam(online.parameters(), lr=s.lr, eps=s.adam_eps)
-    replay = Replay(s.num_envs, s)
+    replay = Replay(n, s, env.obs.shape[1:])
     support = torch.linspace(s.v_min, s.v_max, s.atoms, device=dev)
     dz = (s.v_max - s.v_min) / (s.atoms - 1)
-    n, per_batch = s.num_envs, s.training_intensity * s.num_envs * s.steps / s.batch_size
+    per_batch = s.training_intensity * n * steps / s.batch_size
     records: list[Record] = []
     frames, updates, credit, start = 0, 0, 0.0, time.perf_counter()
 
@@ -564,7 +572,7 @@ def plain_dqn(
 
     def update() -> None:
         nonlocal updates
-        beta = s.beta + min(1.0, frames / s.total_frames) * (1.0 - s.beta)
+        beta = s.priority_beta + min(1.0, frames / cfg.total_frames) * (1.0 - s.priority_beta)
         obs, action, ret, next_obs, discount, weights, flat = replay.sample(s.batch_size, beta)
         obs, action, ret = obs.to(dev), action.to(dev), ret.to(dev)
         next_obs, discount = next_obs.to(dev), discount.to(dev)
@@ -611,7 +619,7 @@ def plain_dqn(
     try:
         for _ in range(iterations):
             eps = s.eps_start + min(1.0, frames / s.eps_decay_frames) * (s.eps_end - s.eps_start)
-            for _ in range(s.steps):
+            for _ in range(steps):
                 obs = torch.from_numpy(env.obs)
                 with torch.no_grad():
                     greedy = q_values(online, obs.to(dev)).argmax(-1).cpu()
@@ -625,8 +633,8 @@ def plain_dqn(
                 ended = torch.from_numpy(done)
                 replay.add(obs, action, torch.from_numpy(reward).float(), next_obs,
                            torch.from_numpy(term), ended)  # fmt: skip
-            frames += n * s.steps * FRAMESKIP
-            if frames > s.learning_starts:
+            frames += n * steps * cfg.env.frameskip
+            if frames > s.learning_starts_frames:
                 credit += per_batch
                 while credit >= 1.0:
                     update()
@@ -642,6 +650,21 @@ def plain_dqn(
 # --- command line -----------------------------------------------------------------------------
 
 
+def recipe_config(algo: str, game: str) -> Any:
+    """The recipe's default ``Config`` for ``game`` (resolved for DQN), with DQN learning from
+    the first batch in a 50k-transition replay (the command line's short runs)."""
+    import importlib
+
+    recipe = importlib.import_module(f"recipes.{algo}_atari")
+    cfg = recipe.Config()
+    cfg.env.game = game
+    if algo == "dqn":
+        cfg.dqn.learning_starts_frames = 0
+        cfg.dqn.replay_capacity = 50_000
+        cfg = recipe.resolve(cfg)
+    return cfg
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("algo", choices=["ppo", "a2c", "dqn"])
@@ -654,16 +677,9 @@ def main(argv: list[str] | None = None) -> None:
     from benchmarks.common import cores
 
     torch.set_num_threads(1)
-    threads = args.threads or cores()
-    if args.algo == "ppo":
-        recs = plain_ppo(args.game, PPOSettings(), args.iterations, device=args.device,
-                         threads=threads)  # fmt: skip
-    elif args.algo == "a2c":
-        recs = plain_a2c(args.game, A2CSettings(), args.iterations, device=args.device,
-                         threads=threads)  # fmt: skip
-    else:
-        s = DQNSettings(learning_starts=0, capacity=50_000)
-        recs = plain_dqn(args.game, s, args.iterations, device=args.device, threads=threads)
+    loop = {"ppo": plain_ppo, "a2c": plain_a2c, "dqn": plain_dqn}[args.algo]
+    cfg = recipe_config(args.algo, args.game)
+    recs = loop(cfg, args.iterations, device=args.device, threads=args.threads or cores())
     for frames, t in recs:
         print(f"{frames:>10,} frames  {t:8.2f} s")
     print(f"steady frames/s (after {args.warmup} warm-up): {steady_fps(recs, args.warmup):,.0f}")

@@ -1,5 +1,6 @@
 """Training-loop throughput: each recipe's ``train(cfg)`` against a plain PyTorch loop
-(``benchmarks.plain_loops``) with the same simulators, network and hyperparameters.
+(``benchmarks.plain_loops``) with the same simulators, network and hyperparameters: both run
+from the one recipe ``Config`` that ``make_config`` builds (the plain loop reads it too).
 
 Each recipe runs in this process through its importable ``train(cfg)`` with a temporary run
 folder, no TensorBoard, no progress bar, no evaluation episodes and no checkpoint before the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import importlib
 import logging
 import os
@@ -33,18 +35,7 @@ from typing import Any
 import torch
 
 from benchmarks.common import cores, median, median_ratio
-from benchmarks.plain_loops import (
-    A2CSettings,
-    PPOSettings,
-    Record,
-    dqn_settings,
-    plain_a2c,
-    plain_dqn,
-    plain_ppo,
-    steady_fps,
-)
-
-FRAMESKIP = 4
+from benchmarks.plain_loops import Record, plain_a2c, plain_dqn, plain_ppo, steady_fps
 
 
 @dataclass
@@ -143,9 +134,9 @@ def make_config(
         cfg = mod.resolve(cfg)
         algo = cfg.dqn
         # Learning starts after the first batch: every later iteration updates.
-        algo.learning_starts_frames = cfg.collector.steps_per_batch * FRAMESKIP
+        algo.learning_starts_frames = cfg.collector.steps_per_batch * cfg.env.frameskip
     iters = spec.iterations[quick]
-    cfg.total_frames = iters * cfg.collector.steps_per_batch * FRAMESKIP
+    cfg.total_frames = iters * cfg.collector.steps_per_batch * cfg.env.frameskip
     return cfg
 
 
@@ -165,61 +156,22 @@ def run_recipe(spec: TrainSpec, cfg: Any) -> list[Record]:
 
 
 def plain_runner(spec: TrainSpec, cfg: Any, seed: int) -> Callable[[], list[Record]]:
-    """The plain loop with ``cfg``'s settings, simulator threads and learner torch threads."""
+    """The plain loop on ``cfg`` (every hyperparameter, the simulators and the batch layout read
+    from it; batches until ``cfg.total_frames``) seeded ``seed``, with the simulator threads and
+    learner torch threads the recipe would plan."""
     from accelrl.collect import plan_threads
 
-    iterations = cfg.total_frames // (cfg.collector.steps_per_batch * FRAMESKIP)
+    cfg = dataclasses.replace(cfg, seed=seed)
     plan = plan_threads(cfg.threads, 0)  # plain loops run the simulators in-process
     learner_threads = plan_threads(cfg.threads, cfg.collector.num_workers).learner_torch
-    kw = dict(device=cfg.device, threads=plan.sim_threads, seed=seed, sticky=cfg.env.sticky_actions)
-    # One batch: every simulator T steps (async: one worker's simulators).
-    kind = getattr(cfg.collector, "kind", "sync")
-    envs = cfg.env.num_envs * (1 if kind == "async" else max(1, cfg.collector.num_workers))
-    steps = cfg.collector.steps_per_batch // envs
-    if spec.name in ("ppo", "appo"):
-        a = getattr(cfg, spec.section)
-        s = PPOSettings(
-            num_envs=envs,
-            steps=steps,
-            epochs=a.epochs,
-            minibatches=a.minibatches,
-            lr=a.lr,
-            clip=a.clip_epsilon,
-            gamma=a.gamma,
-            lam=a.gae_lambda,
-            ent_coef=a.entropy_coef,
-            vf_coef=a.value_coef,
-            max_grad_norm=a.max_grad_norm,
-            adam_eps=a.adam_eps,
-            total_frames=cfg.total_frames,
-        )
+    kw = dict(device=cfg.device, threads=plan.sim_threads)
 
-        def run() -> list[Record]:
-            return plain_ppo(cfg.env.game, s, iterations, **kw)
-    elif spec.name == "a2c":
-        a = cfg.a2c
-        s2 = A2CSettings(
-            num_envs=envs,
-            steps=steps,
-            lr=a.lr,
-            alpha=a.rms_alpha,
-            eps=a.eps,
-            gamma=a.gamma,
-            ent_coef=a.entropy_coef,
-            vf_coef=a.value_coef,
-            max_grad_norm=a.max_grad_norm,
-            total_frames=cfg.total_frames,
-        )
-
-        def run() -> list[Record]:
-            return plain_a2c(cfg.env.game, s2, iterations, **kw)
-    else:
-        s3 = dqn_settings(
-            cfg.dqn, envs, cfg.collector.steps_per_batch, total_frames=cfg.total_frames
-        )
-
-        def run() -> list[Record]:
-            return plain_dqn(cfg.env.game, s3, iterations, **kw)
+    def run() -> list[Record]:
+        if spec.name in ("ppo", "appo"):
+            return plain_ppo(cfg, section=spec.section, **kw)
+        if spec.name == "a2c":
+            return plain_a2c(cfg, **kw)
+        return plain_dqn(cfg, **kw)
 
     def wrapped() -> list[Record]:
         torch.set_num_threads(learner_threads)

@@ -51,7 +51,13 @@ def make_agent(cfg: Config, env_spec: dict, device: torch.device, lr_scale: floa
     rebuilds a trained agent with it."""
     model = make_actor_critic(**env_spec, mlp_hidden=cfg.model.mlp_hidden).to(device)
     a2c_cfg = replace(cfg.a2c, lr=cfg.a2c.lr * lr_scale)
-    return A2C(model, a2c_cfg, device, on_nonfinite=cfg.on_nonfinite)
+    return A2C(
+        model,
+        a2c_cfg,
+        device,
+        on_nonfinite=cfg.on_nonfinite,
+        compile_loss=cfg.compile.loss,
+    )
 
 
 def train(cfg: Config) -> dict:
@@ -81,7 +87,8 @@ def train(cfg: Config) -> dict:
                 progress.collected(batch)
                 run.episodes(batch, progress.frames)
                 # n-step returns (or GAE) over the batch, then one gradient step on all of it.
-                metrics = a2c.update(lag.fresh(batch), progress=progress.fraction)
+                with proc.threads.updating():  # every core while the simulators wait
+                    metrics = a2c.update(lag.fresh(batch), progress=progress.fraction)
                 lag.bump()
                 collector.update_policy_weights_()  # the workers act with the new weights
                 metrics |= {**lag.metrics, **progress.updated()}

@@ -56,7 +56,13 @@ def make_agent(cfg: Config, env_spec: dict, device: torch.device, lr_scale: floa
     rebuilds a trained agent with it."""
     model = make_actor_critic(**env_spec, mlp_hidden=cfg.model.mlp_hidden).to(device)
     appo_cfg = replace(cfg.appo, lr=cfg.appo.lr * lr_scale)
-    return PPO(model, appo_cfg, device, on_nonfinite=cfg.on_nonfinite)
+    return PPO(
+        model,
+        appo_cfg,
+        device,
+        on_nonfinite=cfg.on_nonfinite,
+        compile_loss=cfg.compile.loss,
+    )
 
 
 def train(cfg: Config) -> dict:
@@ -87,7 +93,8 @@ def train(cfg: Config) -> dict:
                 run.episodes(batch, progress.frames)
                 # A lagged batch's values are recomputed with the current critic (lag.fresh);
                 # GAE or V-trace targets, then epochs x minibatches of clipped steps.
-                metrics = appo.update(lag.fresh(batch), progress=progress.fraction)
+                with proc.threads.updating():  # every core while the simulators wait
+                    metrics = appo.update(lag.fresh(batch), progress=progress.fraction)
                 lag.bump()
                 collector.update_policy_weights_()  # workers pick them up between batches
                 metrics |= {**lag.metrics, **progress.updated()}

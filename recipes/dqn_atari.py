@@ -77,6 +77,7 @@ def make_agent(cfg: Config, env_spec: dict, device: torch.device, lr_scale: floa
         device=device,
         mlp_hidden=cfg.model.mlp_hidden,
         on_nonfinite=cfg.on_nonfinite,
+        compile_loss=cfg.compile.loss,
     )
 
 
@@ -84,7 +85,9 @@ def train(cfg: Config) -> dict:
     """Train a DQN-family agent; returns final frames, episodes, mean return of the last 100."""
     validate(cfg)
     cfg = resolve(cfg)
-    proc = setup_process(cfg)  # process group, device, thread plan, seeds, stop signals
+    # Process group, device, thread plan, seeds, stop signals; with --dqn.asynchronous a feeder
+    # thread collects while the learner updates.
+    proc = setup_process(cfg, overlapped=cfg.dqn.asynchronous)
     scale = lr_scale(proc.world_size, cfg.dist.lr_scaling)  # N data-parallel ranks
     with RunFolder(cfg, "dqn", proc, resolved={"lr_scale": scale}) as run:
         spec = describe_env(cfg.env)
@@ -156,13 +159,15 @@ def train(cfg: Config) -> dict:
                 metrics = dqn.no_update_metrics()
                 if source.learning():
                     credit += per_batch
-                    while credit >= 1.0:
-                        sample = source.sample(cfg.dqn.batch_size, beta=dqn.beta(progress.fraction))
-                        with source.weights_changing():
-                            metrics, priority = dqn.update(sample)  # target copy when due
-                        if priority is not None:  # None: a skipped non-finite step
-                            source.update_priority(sample.get("index"), priority)
-                        credit -= 1.0
+                    with proc.threads.updating():  # every core while the simulators wait
+                        while credit >= 1.0:
+                            beta = dqn.beta(progress.fraction)
+                            sample = source.sample(cfg.dqn.batch_size, beta=beta)
+                            with source.weights_changing():
+                                metrics, priority = dqn.update(sample)  # target copy when due
+                            if priority is not None:  # None: a skipped non-finite step
+                                source.update_priority(sample.get("index"), priority)
+                            credit -= 1.0
                 dqn.set_epsilon(dqn.epsilon(progress.frames))
                 source.publish_weights()  # the collector acts with the new weights
                 metrics |= {

@@ -50,7 +50,13 @@ def make_agent(cfg: Config, env_spec: dict, device: torch.device, lr_scale: floa
     ``lr_scale`` x ``ppo.lr``); ``accelrl.play`` rebuilds a trained agent with it."""
     model = make_actor_critic(**env_spec, mlp_hidden=cfg.model.mlp_hidden).to(device)
     ppo_cfg = replace(cfg.ppo, lr=cfg.ppo.lr * lr_scale)
-    return PPO(model, ppo_cfg, device, on_nonfinite=cfg.on_nonfinite)
+    return PPO(
+        model,
+        ppo_cfg,
+        device,
+        on_nonfinite=cfg.on_nonfinite,
+        compile_loss=cfg.compile.loss,
+    )
 
 
 def train(cfg: Config) -> dict:
@@ -80,7 +86,8 @@ def train(cfg: Config) -> dict:
                 progress.collected(batch)
                 run.episodes(batch, progress.frames)
                 # GAE over the batch, then epochs x minibatches of clipped policy/value steps.
-                metrics = ppo.update(lag.fresh(batch), progress=progress.fraction)
+                with proc.threads.updating():  # every core while the simulators wait
+                    metrics = ppo.update(lag.fresh(batch), progress=progress.fraction)
                 lag.bump()
                 collector.update_policy_weights_()  # the workers act with the new weights
                 metrics |= {**lag.metrics, **progress.updated()}

@@ -1,6 +1,6 @@
 """The benchmark suite runs end to end (``python -m benchmarks.run --quick``) and its table has
-every row with finite figures. Benchmarks are not tests: nothing here asserts a speed or a met
-target."""
+every row with finite figures, and the training rows' plain reference runs with the recipe's own
+config. Benchmarks are not tests: nothing here asserts a speed or a met target."""
 
 from __future__ import annotations
 
@@ -77,3 +77,34 @@ def test_quick_run_has_every_row_with_finite_figures(quick_run: tuple[dict, str]
         assert w in stdout
     missed = sum(r["met"] == "MISSED" for r in rows)
     assert f"{missed} of {sum(r['target'] is not None for r in rows)} targets MISSED" in stdout
+
+
+def test_throughput_plain_reference_reads_the_recipe_config(monkeypatch, tmp_path):
+    """``train_throughput``'s plain DQN runs from the recipe's ``Config``, so a changed
+    ``learning_starts_frames`` moves its first update (a settings copy by field name once lost
+    it in a rename: the plain DQN rows then never updated)."""
+    import torch
+
+    from benchmarks import train_throughput as tt
+
+    updates: list[int] = []
+    clip = torch.nn.utils.clip_grad_norm_
+
+    def counting_clip(*args, **kw):
+        updates.append(1)
+        return clip(*args, **kw)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", counting_clip)
+    spec = next(s for s in tt.SPECS if s.name == "dqn")
+    counts, frames = {}, {}
+    for starts in (128, 256):
+        cfg = tt.make_config(spec, "Pong", "cpu", quick=True, run_dir=str(tmp_path / "unused"))
+        assert cfg.dqn.learning_starts_frames == 128  # after the first batch of 8 x 4 steps
+        cfg.dqn.learning_starts_frames = starts
+        cfg.dqn.replay_capacity = 1000
+        updates.clear()
+        records = tt.plain_runner(spec, cfg, seed=0)()
+        counts[starts], frames[starts] = len(updates), [f for f, _ in records]
+    assert frames == {128: [128, 256, 384, 512], 256: [128, 256, 384, 512]}
+    # 8 x 32 / 32 x intensity 8 = 8 updates a batch once more than learning_starts_frames.
+    assert counts == {128: 24, 256: 16}

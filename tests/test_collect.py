@@ -16,6 +16,25 @@ def test_thread_plan_defaults_follow_core_count():
     assert (fixed.learner_torch, fixed.worker_torch, fixed.sim_threads) == (3, 3, 5)
 
 
+def test_synchronous_updates_get_every_core_and_overlapped_ones_share():
+    """Synchronous runs: the simulators wait during the update, so it gets all cores; with
+    collection running alongside (async/batched kinds, a replay feeder) it keeps its share;
+    --threads.torch-threads fixes it. ``updating()`` switches and switches back."""
+    sync = plan_threads(ThreadsConfig(), num_workers=0, cores=2)
+    assert (sync.learner_torch, sync.update_torch) == (1, 2)
+    assert plan_threads(ThreadsConfig(), 2, cores=64).update_torch == 64
+    assert plan_threads(ThreadsConfig(), 2, cores=64, overlapped=True).update_torch == 16
+    assert plan_threads(ThreadsConfig(torch_threads=3), 0, cores=64).update_torch == 3
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(sync.learner_torch)
+        with sync.updating():
+            assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def force_action(model, action: int) -> None:
     head = model.get_policy_head().module[0].module[-1]
     with torch.no_grad():

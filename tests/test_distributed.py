@@ -1,6 +1,7 @@
 """Data-parallel training without SLURM: two gloo ranks under torchrun on this machine, and the
 signal handling that SLURM's time limits and preemptions rely on."""
 
+import csv
 import json
 import os
 import signal
@@ -48,7 +49,13 @@ def test_two_ranks_train_on_identical_weights_and_count_all_frames(tmp_path):
     assert ranks[0]["weights_checksum"] == ranks[1]["weights_checksum"]
     # 2 ranks x 64 steps per update: 16 updates reach 2048 frames.
     assert ranks[0]["frames"] == 2048 and ranks[0]["updates"] == 16
-    assert "ppo.lr 0.00025 -> 0.0005" in out.stderr
+    assert "learning rate x 2 (linear scaling, 2 ranks)" in out.stderr
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["resolved"]["lr_scale"] == 2.0 and saved["config"]["ppo"]["lr"] == 0.00025
+    first = next(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
+    # The optimizer runs at twice the flag's rate (annealed linearly over the run).
+    expected = 0.0005 * (1 - int(first["frames"]) / 2048)
+    assert float(first["train/lr"]) == pytest.approx(expected, rel=1e-6)
     # Only rank 0 writes: one metrics row per update, episodes from both ranks.
     rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
     assert len(rows) == 1 + 16

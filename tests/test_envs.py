@@ -267,7 +267,7 @@ def test_unknown_game(backend):
     with pytest.raises(ValueError, match="Pongg"):
         make_env(EnvConfig(game="Pongg", backend=backend), seed=0)
     with pytest.raises(ValueError, match="Pongg"):
-        make_gym_atari_env(EnvConfig(game="Pongg", backend="gym"), seed=0)
+        make_gym_atari_env(EnvConfig(game="Pongg", backend="gym"), 2, seed=0)
 
 
 def test_gym_worker_seeds():

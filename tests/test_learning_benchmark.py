@@ -1,6 +1,7 @@
-"""The learning-parity benchmark's plumbing: the CartPole table runs both implementations with
-the same settings, the plain Atari loop records whole-game scores, and ``compare`` reads run
-folders of either kind. (The learning figures themselves are in the README and docs/results.)"""
+"""The learning-parity benchmark's plumbing: the CartPole table and the Atari parity runs give
+both implementations one recipe ``Config`` that the plain loops read their settings from, the
+plain Atari loop records whole-game scores, and ``compare`` reads run folders of either kind.
+(The learning figures themselves are in the README and docs/results.)"""
 
 from __future__ import annotations
 
@@ -12,21 +13,141 @@ import pytest
 
 from benchmarks import learning, learning_cartpole
 
+DQN_FLAGS = {  # (double, dueling, n_step, prioritized, distributional)
+    "dqn": (False, False, 1, False, False),
+    "double-dueling": (True, True, 1, False, False),
+    "nstep-prioritized": (False, False, 3, True, False),
+    "c51": (False, False, 1, False, True),
+    "rainbow": (True, True, 3, True, True),
+}
 
-def test_recipe_config_carries_every_plain_setting():
-    for algo in learning_cartpole.SETTINGS:
-        s = learning_cartpole.plain_settings(algo)
-        cfg = learning_cartpole.recipe_config(algo, s, seed=3, run_dir="unused")
-        assert cfg.seed == 3 and cfg.total_frames == s.total_steps
-        assert cfg.env.num_envs == s.num_envs and tuple(cfg.model.mlp_hidden) == tuple(s.hidden)
-        if learning_cartpole.SETTINGS[algo][0] == "dqn":
+
+def test_cartpole_config_holds_every_setting_once():
+    """One recipe ``Config`` per algorithm carries RL-zoo's CartPole settings; the recipe run
+    and the plain loop both take it (the former helper names return the same config)."""
+    assert set(learning_cartpole.KINDS) == {"ppo", "a2c", *DQN_FLAGS}
+    for algo, kind in learning_cartpole.KINDS.items():
+        cfg = learning_cartpole.cartpole_config(algo, seed=3, eval_episodes=7, run_dir="unused")
+        assert type(cfg).__module__ == f"recipes.{kind}_atari"
+        assert (cfg.seed, cfg.run_dir, cfg.device, cfg.log.eval_episodes) == (3, "unused", "cpu", 7)
+        assert (cfg.env.game, cfg.env.num_envs) == ("CartPole-v1", 8)
+        quick = learning_cartpole.cartpole_config(algo, quick=True)
+        assert quick.total_frames == cfg.total_frames // 10
+        shim = learning_cartpole.recipe_config(
+            algo, learning_cartpole.plain_settings(algo, eval_episodes=7), 3, "unused"
+        )
+        assert shim == cfg
+        if kind == "dqn":
             d = cfg.dqn
-            assert (d.lr, d.batch_size, d.training_intensity) == (
-                s.lr, s.batch_size, s.training_intensity)  # fmt: skip
+            assert cfg.total_frames == 50_000 and cfg.collector.steps_per_batch == 256
+            assert tuple(cfg.model.mlp_hidden) == (256, 256)
+            assert (d.lr, d.adam_eps, d.batch_size, d.training_intensity) == (
+                2.3e-3, 1e-8, 64, 32.0)  # fmt: skip
+            assert (d.learning_starts_frames, d.replay_capacity, d.target_update_interval) == (
+                1000, 100_000, 128)  # fmt: skip
+            assert (d.eps_start, d.eps_end, d.eps_decay_frames, d.tau) == (1.0, 0.04, 8000, 0.0)
+            assert (d.gamma, d.max_grad_norm, d.v_min, d.v_max, d.atoms) == (
+                0.99, 10.0, 0.0, 100.0, 51)  # fmt: skip
             assert (d.double, d.dueling, d.n_step, d.prioritized, d.distributional) == (
-                s.double, s.dueling, s.n_step, s.prioritized, s.distributional)  # fmt: skip
-            assert d.target_update_interval == s.target_update_interval
-            assert cfg.collector.steps_per_batch == s.steps_per_batch
+                DQN_FLAGS[algo])  # fmt: skip
+            assert d.preset == "none"
+        elif kind == "ppo":
+            p = cfg.ppo
+            assert cfg.total_frames == 150_000 and cfg.collector.steps_per_batch == 8 * 32
+            assert tuple(cfg.model.mlp_hidden) == (64, 64)
+            assert (p.lr, p.clip_epsilon, p.epochs, p.minibatches) == (1e-3, 0.2, 20, 1)
+            assert (p.gamma, p.gae_lambda, p.entropy_coef, p.value_coef) == (0.98, 0.8, 0.0, 0.5)
+            assert (p.anneal_lr, p.anneal_clip, p.clip_value, p.normalize_advantage) == (
+                True, True, True, True)  # fmt: skip
+            assert (p.max_grad_norm, p.adam_eps) == (0.5, 1e-5)
+        else:
+            a = cfg.a2c
+            assert cfg.total_frames == 150_000 and cfg.collector.steps_per_batch == 8 * 5
+            assert tuple(cfg.model.mlp_hidden) == (64, 64)
+            assert (a.optimizer, a.lr, a.rms_alpha, a.eps, a.anneal_lr) == (
+                "rmsprop", 4e-3, 0.99, 1e-5, True)  # fmt: skip
+            assert (a.gamma, a.gae_lambda, a.entropy_coef, a.value_coef) == (0.99, 1.0, 0.0, 0.5)
+            assert (a.max_grad_norm, a.normalize_advantage) == (0.5, False)
+
+
+def test_a_recipe_config_change_reaches_the_plain_loop(monkeypatch):
+    """The plain CartPole DQN reads ``cfg.dqn`` itself: a changed learning rate, warm-up or
+    training intensity changes what it does."""
+    import torch
+
+    from benchmarks import plain_classic
+
+    lrs: list[float] = []
+    updates: list[int] = []
+    clip = torch.nn.utils.clip_grad_norm_
+
+    class SpyAdam(torch.optim.Adam):
+        def __init__(self, params, lr, **kw):
+            lrs.append(lr)
+            super().__init__(params, lr=lr, **kw)
+
+    def counting_clip(*args, **kw):
+        updates.append(1)
+        return clip(*args, **kw)
+
+    monkeypatch.setattr(torch.optim, "Adam", SpyAdam)
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", counting_clip)
+    counts = {}
+    for starts in (0, 300):
+        cfg = learning_cartpole.cartpole_config("dqn", eval_episodes=0)
+        cfg.total_frames = 512  # two batches of 256 steps
+        cfg.dqn.lr = 1e-3
+        cfg.dqn.training_intensity = 1.0  # 256 / 64 = 4 updates a batch
+        cfg.dqn.learning_starts_frames = starts
+        updates.clear()
+        plain_classic.plain_dqn(cfg)
+        counts[starts] = len(updates)
+    assert lrs == [1e-3, 1e-3]
+    assert counts == {0: 8, 300: 4}
+
+
+def test_plain_loops_refuse_what_they_do_not_implement():
+    from benchmarks import plain_classic, plain_loops
+
+    cfg = learning_cartpole.cartpole_config("a2c")
+    cfg.a2c.optimizer = "adam"
+    with pytest.raises(ValueError, match="a2c.optimizer='adam'"):
+        plain_classic.plain_a2c(cfg)
+    atari = learning.atari_config("a2c", "Pong", 1000, seed=0)
+    atari.a2c.optimizer = "adam"
+    with pytest.raises(ValueError, match="a2c.optimizer='adam'"):
+        plain_loops.plain_a2c(atari)
+    atari = learning.atari_config("dqn", "Pong", 1000, seed=0)
+    atari.dqn.tau = 0.005
+    with pytest.raises(ValueError, match="dqn.tau=0.005"):
+        plain_loops.plain_dqn(atari)
+
+
+def test_atari_parity_runs_read_one_config():
+    """``--impl plain`` runs with the config ``--impl accelrl`` parses from the same flags: the
+    recipe defaults, plus double 3-step DQN with a 100k replay."""
+    from accelrl.algos.a2c import A2CConfig
+    from accelrl.algos.dqn import DQNConfig
+    from accelrl.algos.ppo import PPOConfig
+    from accelrl.config import EnvConfig
+    from benchmarks.plain_loops import batch_layout, iterations_for
+
+    layouts = {"ppo": (8, 128), "a2c": (16, 5), "dqn": (8, 4)}
+    for algo, layout in layouts.items():
+        cfg = learning.atari_config(algo, "Breakout", 2_000_000, seed=4, run_dir="r")
+        assert (cfg.env.game, cfg.total_frames, cfg.seed, cfg.run_dir) == (
+            "Breakout", 2_000_000, 4, "r")  # fmt: skip
+        assert batch_layout(cfg) == layout
+        assert iterations_for(cfg) == -(-2_000_000 // (layout[0] * layout[1] * 4))
+        env = EnvConfig(game="Breakout", num_envs=layout[0])
+        assert cfg.env == env
+    assert learning.atari_config("ppo", "Breakout", 1, 0).ppo == PPOConfig()
+    assert learning.atari_config("a2c", "Breakout", 1, 0).a2c == A2CConfig()
+    dqn = learning.atari_config("dqn", "Breakout", 1, 0).dqn
+    assert dqn == DQNConfig(
+        double=True, n_step=3, replay_capacity=100_000, eps_decay_frames=250_000
+    )
+    assert dqn.learning_starts_frames == 80_000
 
 
 @pytest.mark.slow

@@ -75,9 +75,15 @@ class A2C(ActorCriticLearner):
         cfg: A2CConfig,
         device: torch.device,
         on_nonfinite: str = "stop",
+        compile_loss: bool = False,
     ) -> None:
         super().__init__(
-            model, device, gamma=cfg.gamma, lmbda=cfg.gae_lambda, on_nonfinite=on_nonfinite
+            model,
+            device,
+            gamma=cfg.gamma,
+            lmbda=cfg.gae_lambda,
+            on_nonfinite=on_nonfinite,
+            compile_loss=compile_loss,
         )
         self.cfg = cfg
         self.loss = A2CLoss(
@@ -110,7 +116,7 @@ class A2C(ActorCriticLearner):
         if self.cfg.normalize_advantage:
             adv = flat.get("advantage")
             flat.set("advantage", (adv - adv.mean()) / (adv.std() + 1e-8))
-        out = self.loss(self.trunk(flat))
+        out = self.objective(flat)
         total = total_loss(out)
         grad_norm = gradient_step(
             self.optimizer, total, self.params, self.cfg.max_grad_norm, self.guard

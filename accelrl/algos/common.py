@@ -176,9 +176,13 @@ class ActorCriticLearner:
         gamma: float,
         lmbda: float,
         on_nonfinite: str = "stop",
+        compile_loss: bool = False,
     ) -> None:
         self.device = device
         self.guard = NonFiniteGuard(on_nonfinite)
+        # --compile.loss: the forward pass of a (mini)batch through the trunk, both heads and
+        # the loss module as one torch.compile graph; backward and optimizer step stay eager.
+        self.objective = torch.compile(self._objective) if compile_loss else self._objective
         self.policy = model
         self.actor = model.get_policy_operator()
         self.critic = model.get_value_operator()
@@ -190,6 +194,10 @@ class ActorCriticLearner:
         # Values come from collection (see ``fill_values``), so GAE runs no network itself.
         self.estimator = GAE(gamma=gamma, lmbda=lmbda, value_network=None, average_gae=False)
         self.estimator.set_keys(done="gae_done", terminated="gae_terminated")
+
+    def _objective(self, batch: TensorDictBase) -> TensorDictBase:
+        """The loss module's output on ``batch``; the trunk runs once for both heads."""
+        return self.loss(self.trunk(batch))
 
     def state_dict(self) -> dict:
         # The whole actor-critic: the loss holds only the heads, not the shared trunk (the

@@ -179,10 +179,14 @@ class DQN:
         device: torch.device,
         mlp_hidden: tuple[int, ...] = (64, 64),
         on_nonfinite: str = "stop",
+        compile_loss: bool = False,
     ) -> None:
         self.cfg = cfg
         self.device = device
         self.guard = NonFiniteGuard(on_nonfinite)
+        # --compile.loss: the loss module's forward (online and target networks, targets) as
+        # one torch.compile graph; backward, optimizer step and target updates stay eager.
+        self._loss = torch.compile(self._loss_terms) if compile_loss else self._loss_terms
         spec = Categorical(num_actions)
         net = QNetwork(
             obs_key,
@@ -256,11 +260,17 @@ class DQN:
         sample = sample.to(self.device)
         if "_weight" in sample.keys():
             sample.set("priority_weight", sample.get("_weight"))
-        loss = self.loss(sample)["loss"].mean()  # per-sample losses, already times the weights
-        td_error = sample.get("td_error").detach().reshape(-1)
+        loss, td_error = self._loss(sample)
+        td_error = td_error.detach().reshape(-1)
         # DQNLoss reports the squared TD error.
         priority = td_error if self.cfg.distributional else td_error.sqrt()
         return loss, priority
+
+    def _loss_terms(self, sample: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        # Per-sample losses, already times the importance weights; the loss module writes the
+        # TD error into ``sample``.
+        loss = self.loss(sample)["loss"].mean()
+        return loss, sample.get("td_error")
 
     def update(self, sample: TensorDictBase) -> tuple[dict[str, float], torch.Tensor | None]:
         """One gradient step on a replay sample; returns (metrics, priorities [B]).

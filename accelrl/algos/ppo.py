@@ -99,9 +99,15 @@ class PPO(ActorCriticLearner):
         cfg: PPOConfig,
         device: torch.device,
         on_nonfinite: str = "stop",
+        compile_loss: bool = False,
     ) -> None:
         super().__init__(
-            model, device, gamma=cfg.gamma, lmbda=cfg.gae_lambda, on_nonfinite=on_nonfinite
+            model,
+            device,
+            gamma=cfg.gamma,
+            lmbda=cfg.gae_lambda,
+            on_nonfinite=on_nonfinite,
+            compile_loss=compile_loss,
         )
         self.cfg = cfg
         self.loss = ClipPPOLoss(
@@ -161,7 +167,7 @@ class PPO(ActorCriticLearner):
             order = torch.randperm(n, device=self.device)
             for start in range(0, n, size):
                 mb = flat[order[start : start + size]]
-                out = self.loss(self.trunk(mb))
+                out = self.objective(mb)
                 total = total_loss(out)
                 grad_norm = gradient_step(
                     self.optimizer, total, self.params, self.cfg.max_grad_norm, self.guard
