@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from accelrl import distributed
-from accelrl.collect import ThreadPlan, core_shortfall, plan_threads
+from accelrl.collect import ThreadPlan, UpdateThreads, core_shortfall, plan_threads
 from accelrl.config import cpu_count, resolve_device
 from accelrl.distributed import DistInfo
 
@@ -78,6 +78,8 @@ class Process:
     threads: ThreadPlan
     seed: int
     signals: StopSignals
+    update_threads: UpdateThreads
+    """``with proc.update_threads():`` around each update (threads chosen by measurement)."""
 
     @property
     def is_main(self) -> bool:
@@ -122,7 +124,7 @@ def setup_process(cfg: Any, *, overlapped: bool = False) -> Process:
         log.warning("rank %d: %s", dist.rank, shortfall)
     seed_everything(cfg.seed)
     log.info("device %s, %s", device, threads.describe())
-    return Process(dist, device, threads, cfg.seed, StopSignals())
+    return Process(dist, device, threads, cfg.seed, StopSignals(), UpdateThreads(threads))
 
 
 def seconds_since_start() -> float:

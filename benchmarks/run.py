@@ -1,7 +1,7 @@
 """The benchmark suite: env, collection, training and replay throughput in one table.
 
     python -m benchmarks.run [--quick] [--json PATH] [--games Pong Breakout] [--seconds S]
-                             [--device cpu|cuda] [--sections env collect train replay]
+                             [--device cpu|cuda] [--sections env collect train replay learner startup]
 
 Every row is a rate measured in this run next to the reference it is compared with, measured in
 the same run, their ratio (the median of per-round paired ratios where the two alternate in
@@ -56,7 +56,7 @@ from benchmarks.common import (
     write_json,
 )
 
-SECTIONS = ("env", "collect", "train", "replay")
+SECTIONS = ("env", "collect", "train", "replay", "learner", "startup")
 FRAMESKIP = 4
 ENV_TARGET = 0.9
 CEILING_TARGET = 0.9
@@ -426,6 +426,66 @@ def replay_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]
 # --- main -------------------------------------------------------------------------------------
 
 
+# --- learner speed and time to first batch ----------------------------------------------------
+
+
+def learner_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
+    """Each recipe's thread plan (and ``--compile.loss``) against its plain loop at the plain
+    loop's best torch thread count (``benchmarks.learner_speed``); quick: PPO, idle, eager."""
+    from benchmarks import learner_speed
+
+    algos = ["ppo"] if args.quick else ["ppo", "dqn-cartpole"]
+    flags = ["--algos", *algos, "--batches", "3" if args.quick else "6"]
+    flags += ["--warmup", "1", "--no-compile"] if args.quick else ["--busy"]
+    log(f"learner: {' '.join(flags)} ...")
+    results = learner_speed.main(flags)
+    rows = []
+    for key, configs in results.items():
+        algo, condition = key.split("/")
+        plain = {k: v for k, v in configs.items() if k.startswith("plain")}
+        best = max(plain, key=lambda k: plain[k]["fps"])
+        for name in ("recipe", "recipe+compile"):
+            if name not in configs:
+                continue
+            rows.append(
+                Row(
+                    "learner",
+                    f"learner {algo}, {condition}: {name}",
+                    configs[name]["fps"],
+                    "frames/s",
+                    configs[name]["fps"],
+                    reference=best,
+                    ref_rate=plain[best]["fps"],
+                    ratio=configs[name]["x_best_plain"],
+                    target=TRAIN_TARGET,
+                )
+            )
+    return rows, results
+
+
+def startup_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
+    """Seconds from the command to the first batch, against ``import torch, torchrl``."""
+    from benchmarks import first_batch
+
+    results = first_batch.main(["--rounds", "1" if args.quick else "3"])
+    floor_name = next(k for k in results if "floor" in k)
+    floor = results[floor_name]["median_s"]
+    rows = [
+        Row(
+            "startup",
+            f"first batch: {name}",
+            value["median_s"],
+            "s",
+            reference=floor_name,
+            ref_rate=floor,
+            ratio=value["x_floor"],
+        )
+        for name, value in results.items()
+        if name != floor_name
+    ]
+    return rows, results
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -497,8 +557,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ref_env = None
         elif section == "train":
             r, details["train"] = train_section(args)
-        else:
+        elif section == "replay":
             r, details["replay"] = replay_section(args)
+        elif section == "learner":
+            r, details["learner"] = learner_section(args)
+        else:
+            r, details["startup"] = startup_section(args)
         rows += r
         section_s[section] = time.perf_counter() - t0
         # Other work on a shared machine shows in the 1-minute load average.

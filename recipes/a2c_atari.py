@@ -87,7 +87,7 @@ def train(cfg: Config) -> dict:
                 progress.collected(batch)
                 run.episodes(batch, progress.frames)
                 # n-step returns (or GAE) over the batch, then one gradient step on all of it.
-                with proc.threads.updating():  # every core while the simulators wait
+                with proc.update_threads():  # more cores while the simulators wait
                     metrics = a2c.update(lag.fresh(batch), progress=progress.fraction)
                 lag.bump()
                 collector.update_policy_weights_()  # the workers act with the new weights

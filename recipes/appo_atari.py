@@ -93,7 +93,7 @@ def train(cfg: Config) -> dict:
                 run.episodes(batch, progress.frames)
                 # A lagged batch's values are recomputed with the current critic (lag.fresh);
                 # GAE or V-trace targets, then epochs x minibatches of clipped steps.
-                with proc.threads.updating():  # every core while the simulators wait
+                with proc.update_threads():  # more cores while the simulators wait
                     metrics = appo.update(lag.fresh(batch), progress=progress.fraction)
                 lag.bump()
                 collector.update_policy_weights_()  # workers pick them up between batches

@@ -159,7 +159,8 @@ def train(cfg: Config) -> dict:
                 metrics = dqn.no_update_metrics()
                 if source.learning():
                     credit += per_batch
-                    with proc.threads.updating():  # every core while the simulators wait
+                    # More cores while the simulators wait (work: the gradient steps due).
+                    with proc.update_threads(units=int(credit)):
                         while credit >= 1.0:
                             beta = dqn.beta(progress.fraction)
                             sample = source.sample(cfg.dqn.batch_size, beta=beta)

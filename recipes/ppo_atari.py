@@ -86,7 +86,7 @@ def train(cfg: Config) -> dict:
                 progress.collected(batch)
                 run.episodes(batch, progress.frames)
                 # GAE over the batch, then epochs x minibatches of clipped policy/value steps.
-                with proc.threads.updating():  # every core while the simulators wait
+                with proc.update_threads():  # more cores while the simulators wait
                     metrics = ppo.update(lag.fresh(batch), progress=progress.fraction)
                 lag.bump()
                 collector.update_policy_weights_()  # the workers act with the new weights

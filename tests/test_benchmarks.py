@@ -46,6 +46,8 @@ def expected_rows(payload: dict) -> list[str]:
     ]
     names += [f"train {game}: {spec.name} (" for spec in available_specs()]
     names += ["replay: FrameReplay per 1M Atari transitions", "replay: sample + DQN update"]
+    names += ["learner ppo, idle: recipe"]  # vs the plain loop at its best thread count
+    names += ["first batch: ppo Pong, in-process", "first batch: ppo Pong, 2 worker processes"]
     return names
 
 

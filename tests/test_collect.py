@@ -1,8 +1,11 @@
 """Collector factory: layouts, thread budget, and weight sync to worker processes."""
 
+import time
+
+import pytest
 import torch
 
-from accelrl.collect import make_collector, plan_threads
+from accelrl.collect import UpdateThreads, make_collector, plan_threads
 from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig
 from accelrl.models import make_actor_critic
 
@@ -16,21 +19,45 @@ def test_thread_plan_defaults_follow_core_count():
     assert (fixed.learner_torch, fixed.worker_torch, fixed.sim_threads) == (3, 3, 5)
 
 
-def test_synchronous_updates_get_every_core_and_overlapped_ones_share():
-    """Synchronous runs: the simulators wait during the update, so it gets all cores; with
+def test_synchronous_updates_may_use_every_core_and_overlapped_ones_share():
+    """Synchronous runs: the simulators wait during the update, so it may use all cores; with
     collection running alongside (async/batched kinds, a replay feeder) it keeps its share;
-    --threads.torch-threads fixes it. ``updating()`` switches and switches back."""
+    --threads.torch-threads fixes it."""
     sync = plan_threads(ThreadsConfig(), num_workers=0, cores=2)
     assert (sync.learner_torch, sync.update_torch) == (1, 2)
     assert plan_threads(ThreadsConfig(), 2, cores=64).update_torch == 64
     assert plan_threads(ThreadsConfig(), 2, cores=64, overlapped=True).update_torch == 16
     assert plan_threads(ThreadsConfig(torch_threads=3), 0, cores=64).update_torch == 3
+    fixed = plan_threads(ThreadsConfig(torch_threads=3), 0, cores=64)
+    assert UpdateThreads(fixed).candidates == [3]
+
+
+@pytest.mark.parametrize("faster", [1, 2])
+def test_update_threads_follow_the_measurement(faster):
+    """Probes alternate 1 and 2 threads, the faster one (per unit of work) is kept, collection
+    always gets its own count back, and a later probe window can change the choice (the
+    machine's load changed)."""
+    plan = plan_threads(ThreadsConfig(), num_workers=0, cores=2)
+    chooser = UpdateThreads(plan, probes=2, probe_every=20)
     before = torch.get_num_threads()
+    seen = []
+
+    def update(slow_threads: int, units: int = 1) -> None:
+        with chooser(units=units):
+            seen.append(torch.get_num_threads())
+            time.sleep(0.004 * units * (3 if torch.get_num_threads() == slow_threads else 1))
+        assert torch.get_num_threads() == plan.learner_torch
+
     try:
-        torch.set_num_threads(sync.learner_torch)
-        with sync.updating():
-            assert torch.get_num_threads() == 2
-        assert torch.get_num_threads() == 1
+        torch.set_num_threads(plan.learner_torch)
+        slow = 3 - faster
+        for _ in range(10):
+            update(slow, units=2)
+        assert sorted(set(seen[1:5])) == [1, 2], seen  # the probe window tried both
+        assert chooser.choice == faster and seen[5:] == [faster] * 5
+        for _ in range(15):  # the next window, with the other count faster now
+            update(faster)
+        assert chooser.choice == slow
     finally:
         torch.set_num_threads(before)
 

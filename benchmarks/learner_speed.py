@@ -1,0 +1,195 @@
+"""Learner speed: each recipe's steady-state frames/s next to its plain PyTorch loop at the plain
+loop's *best* torch thread count, on an idle machine and next to one other busy process.
+
+Configurations per algorithm (each a fresh process; rounds alternate them):
+
+- ``plain@N``: ``benchmarks.plain_loops`` with N torch threads (1 and every core);
+- ``recipe`` : the recipe's default thread plan (learner: 1 thread while collecting, every core
+  while updating in a synchronous run);
+- ``recipe@1``: ``--threads.torch-threads 1`` (the plan before the update-time switch);
+- ``recipe+compile``: ``--compile.loss`` (idle only: compilation takes minutes on a CPU).
+
+Steady state excludes the first ``--warmup`` batches (start-up, allocator warm-up, compilation).
+Ratios are against the best plain configuration of the same condition.
+
+    python -m benchmarks.learner_speed [--algos ppo a2c dqn dqn-cartpole] [--batches 8] [--busy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+GAME = "SpaceInvaders"
+QUIET = ["--log.no-progress", "--log.no-tensorboard", "--log.eval-episodes", "0"]
+
+# (steps per batch, frames per batch) of each recipe's default, DQN with learning from the start
+RECIPE_ARGS = {
+    "ppo": [],
+    "a2c": [],
+    "dqn": ["--dqn.learning-starts-frames", "0", "--dqn.replay-capacity", "50000"],
+}
+
+PLAIN = """
+import sys, torch
+torch.set_num_threads({threads})
+from benchmarks.plain_loops import plain_{algo}, steady_fps
+from benchmarks.common import cores
+from recipes.{algo}_atari import Config
+cfg = Config()
+cfg.env.game = "{game}"
+{extra}
+recs = plain_{algo}(cfg, {batches}, threads=cores())
+print(steady_fps(recs, {warmup}))
+"""
+
+
+CARTPOLE_FRAMES = 20_000
+"""DQN on CartPole at RL-zoo's settings (intensity 32, 128 updates per 256-step batch)."""
+
+CARTPOLE = """
+import sys, torch
+from benchmarks.learning_cartpole import cartpole_config
+cfg = cartpole_config("dqn", 0, eval_episodes=0, run_dir=sys.argv[1], threads={threads})
+cfg.total_frames = {frames}
+if {plain}:
+    torch.set_num_threads({threads})
+    from benchmarks.plain_classic import plain_dqn
+    print(cfg.total_frames / plain_dqn(cfg)["seconds"])
+else:
+    from recipes.dqn_atari import train
+    cfg.compile.loss = {compile}
+    print(train(cfg)["fps"])
+"""
+
+
+def cartpole_fps(plain: bool, threads: int, compile_loss: bool = False) -> float:
+    """Frames/s of a whole CartPole DQN run (threads 0: the recipe's default plan)."""
+    code = CARTPOLE.format(
+        threads=threads, frames=CARTPOLE_FRAMES, plain=plain, compile=compile_loss
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run(
+            [sys.executable, "-c", code, f"{tmp}/run"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=True,
+        )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def plain_fps(algo: str, threads: int, batches: int, warmup: int) -> float:
+    extra = ""
+    if algo == "dqn":
+        extra = "cfg.dqn.learning_starts_frames = 0\ncfg.dqn.replay_capacity = 50000"
+    code = PLAIN.format(
+        algo=algo, threads=threads, game=GAME, batches=batches, warmup=warmup, extra=extra
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def recipe_fps(algo: str, flags: list[str], batches: int, warmup: int) -> float:
+    from recipes import a2c_atari, dqn_atari, ppo_atari
+
+    cfg = {"ppo": ppo_atari, "a2c": a2c_atari, "dqn": dqn_atari}[algo].Config()
+    frames = batches * cfg.collector.steps_per_batch * cfg.env.frameskip
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            sys.executable, f"recipes/{algo}_atari.py", "--env.game", GAME,
+            "--total-frames", str(frames), "--run-dir", f"{tmp}/run",
+            *QUIET, *RECIPE_ARGS[algo], *flags,
+        ]  # fmt: skip
+        subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=True)
+        rows = list(csv.DictReader(open(f"{tmp}/run/metrics.csv")))
+    first, last = rows[warmup - 1], rows[-1]
+    frames_done = int(last["frames"]) - int(first["frames"])
+    return frames_done / (float(last["time_s"]) - float(first["time_s"]))
+
+
+def busy_process() -> subprocess.Popen:
+    """One other CPU-bound process (a Python spin loop)."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--algos", nargs="+", default=["ppo", "a2c", "dqn", "dqn-cartpole"],
+        choices=["ppo", "a2c", "dqn", "dqn-cartpole"],
+    )  # fmt: skip
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--busy", action="store_true", help="also next to one busy process")
+    parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--json", type=Path)
+    opts = parser.parse_args(argv)
+    cores = len(os.sched_getaffinity(0))
+    conditions = ["idle", "busy"] if opts.busy else ["idle"]
+    results: dict = {}
+    for algo in opts.algos:
+        # DQN batches are 32 steps: more of them for a steady figure.
+        batches = opts.batches * (16 if algo == "dqn" else (4 if algo == "a2c" else 1))
+        warmup = opts.warmup * (16 if algo == "dqn" else (4 if algo == "a2c" else 1))
+        for condition in conditions:
+            configs: dict[str, tuple[str, object]] = {
+                "plain@1": ("plain", 1),
+                f"plain@{cores}": ("plain", cores),
+                "recipe": ("recipe", []),
+                "recipe@1": ("recipe", ["--threads.torch-threads", "1"]),
+            }
+            if condition == "idle" and not opts.no_compile:
+                configs["recipe+compile"] = ("recipe", ["--compile.loss"])
+            rates: dict[str, list[float]] = {name: [] for name in configs}
+            for _ in range(opts.rounds):
+                for name, (kind, arg) in configs.items():
+                    hog = busy_process() if condition == "busy" else None
+                    try:
+                        if algo == "dqn-cartpole":
+                            flags = list(arg) if kind == "recipe" else []
+                            threads = int(arg) if kind == "plain" else 0
+                            if flags == ["--threads.torch-threads", "1"]:
+                                threads = 1
+                            compiled = flags == ["--compile.loss"]
+                            rates[name].append(cartpole_fps(kind == "plain", threads, compiled))
+                        elif kind == "plain":
+                            rates[name].append(plain_fps(algo, int(arg), batches, warmup))
+                        else:
+                            rates[name].append(recipe_fps(algo, list(arg), batches, warmup))
+                    finally:
+                        if hog is not None:
+                            hog.kill()
+                            hog.wait()
+            medians = {name: statistics.median(v) for name, v in rates.items()}
+            best_plain = max(v for k, v in medians.items() if k.startswith("plain"))
+            env = "CartPole-v1" if algo == "dqn-cartpole" else GAME
+            print(f"\n{algo} on {env}, {condition} machine ({cores} cores), frames/s:")
+            for name, value in medians.items():
+                print(f"  {name:<16} {value:8.0f}   {value / best_plain:5.2f}x best plain")
+            results[f"{algo}/{condition}"] = {
+                name: {
+                    "fps": medians[name],
+                    "rounds": rates[name],
+                    "x_best_plain": medians[name] / best_plain,
+                }
+                for name in medians
+            }
+    if opts.json:
+        opts.json.write_text(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()
