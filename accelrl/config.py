@@ -6,7 +6,7 @@ Recipes compose these sections into one ``Config`` dataclass; tyro turns it into
 Units: a flag ending in ``_frames`` counts emulator frames (agent steps x frameskip, the paper's
 unit: ``total_frames``, ``eval_every_frames``, ``learning_starts_frames`` ...); one ending in
 ``_steps`` counts agent steps (``collector.steps_per_batch``, ``log.video_max_steps``). The
-conversions are ``batch_frames`` here and ``accelrl.envs.frames_per_step``.
+conversion is ``accelrl.envs.frames_per_step`` (``accelrl.progress.Progress`` counts with it).
 """
 
 from __future__ import annotations
@@ -230,11 +230,6 @@ def rows_per_batch(env: EnvConfig, collector: CollectorConfig) -> int:
     return env.num_envs * max(1, collector.num_workers)
 
 
-def batch_frames(collector: CollectorConfig, frame_skip: int) -> int:
-    """Emulator frames in one batch of ``collector.steps_per_batch`` agent steps."""
-    return collector.steps_per_batch * frame_skip
-
-
 RENAMED_FIELDS = {
     "frames_per_batch": "steps_per_batch",
     "learning_starts": "learning_starts_frames",
@@ -245,7 +240,6 @@ one-line error naming the new one; old config.json files are read with the new n
 
 __all__ = [
     "from_dict",
-    "batch_frames",
     "rows_per_batch",
     "CollectorConfig",
     "CompileConfig",

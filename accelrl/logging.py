@@ -134,7 +134,8 @@ class _LineStream:
 
 
 class RunLogger:
-    """Writes a run's csv files, TensorBoard scalars and progress bar (rank 0 only).
+    """Writes a run's csv files, TensorBoard scalars and progress bar (rank 0 only: the other
+    ranks of a data-parallel run log to ``accelrl.run_folder.NullLogger``).
 
     Resume: pass ``start_frames`` and call ``load_state_dict`` with the dict that
     ``state_dict`` returned when the checkpoint was written. It restores the counters (episodes
@@ -145,8 +146,6 @@ class RunLogger:
     rows, provided the checkpoint is taken after the logging calls for its frame count. A run
     started without ``load_state_dict`` drops rows with frames > ``start_frames`` on its first
     write, so a fresh run in an old folder does not mix with the old rows.
-
-    With ``rank != 0`` only the counters are kept: no folder, files or progress bar.
     """
 
     def __init__(
@@ -157,16 +156,13 @@ class RunLogger:
         start_frames: int = 0,
         tensorboard: bool = True,
         progress: bool = True,
-        rank: int = 0,
         trackers: tuple[str, ...] = (),
         project: str = "accelrl",
         config: dict | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.total_frames = int(total_frames)
-        self.rank = rank
-        self._active = rank == 0
-        self._use_tb = tensorboard and self._active
+        self._use_tb = tensorboard
         self._episodes_seen = 0
         self._recent: deque[float] = deque(maxlen=_WINDOW)
         self._elapsed_before = 0.0
@@ -185,10 +181,9 @@ class RunLogger:
         self._tracker_names, self._project, self._config = tuple(trackers), project, config or {}
         self._trackers: Any = None
         self._bar: tqdm | None = None
-        if self._active:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            if progress:
-                self._bar = self._make_bar(self._frames)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if progress:
+            self._bar = self._make_bar(self._frames)
 
     def _make_bar(self, initial: int) -> tqdm:
         stream = sys.stderr
@@ -208,7 +203,7 @@ class RunLogger:
 
     def _sinks(self) -> bool:
         """Opens the files and writer on first use; returns whether anything should be written."""
-        if not self._active or self._closed:
+        if self._closed:
             return False
         if not self._opened:
             for f in (self._metrics, self._episodes, self._evals):
@@ -385,7 +380,7 @@ class RunLogger:
         self._t0 = time.monotonic()
         self._frames = self._cut = int(state["frames"])
         self._rate_mark = (self._frames, self._t0)
-        if not self._active or self._closed:
+        if self._closed:
             return
         self._close_sinks()
         self._sinks()

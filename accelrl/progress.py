@@ -1,8 +1,8 @@
 """A run's counters and cadences: frames, updates, phase timings, and "every N frames".
 
 Frames are emulator frames (agent steps x frameskip) summed over data-parallel ranks, the unit
-of ``--total-frames`` and of every ``--*-frames`` flag; ``accelrl.config.batch_frames`` converts
-a batch of agent steps.
+of ``--total-frames`` and of every ``--*-frames`` flag; ``Progress.frames_in`` converts a batch
+of agent steps.
 """
 
 from __future__ import annotations

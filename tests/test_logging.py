@@ -106,18 +106,6 @@ def test_fresh_run_in_old_folder_drops_old_rows(tmp_path: Path) -> None:
     assert [r["frames"] for r in read_csv(tmp_path / "metrics.csv")] == ["50"]
 
 
-def test_rank_nonzero_writes_nothing(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    lg = RunLogger(run, total_frames=100, rank=1)
-    lg.episodes([1.0], [2], frames=10)
-    lg.log(10, {"x": 1.0})
-    lg.eval(10, {"eval/greedy_return": 1.0})
-    lg.load_state_dict(lg.state_dict())
-    lg.close()
-    assert not run.exists()
-    assert lg.episodes_seen == 1 and lg.mean_return() == 1.0
-
-
 def test_tensorboard_and_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     lg = RunLogger(tmp_path, total_frames=1000, start_frames=0, tensorboard=True, progress=True)
     lg.episodes([2.0], [5], frames=100)
