@@ -309,7 +309,8 @@ class RunFolder:
         (the command line exits 128 + signal)."""
         path = self.checkpoint(progress) if self.proc.is_main else None
         self.logger.close()
-        signum = self.proc.signals.hand_over()
+        signum = self.proc.signals.signum or signal.SIGTERM
+        # Logged before the hand-over: submitit's handler requeues the job and exits.
         log.warning(
             "%s: stopped at %d frames, %d updates; checkpoint %s",
             signal.Signals(signum).name,
@@ -317,6 +318,7 @@ class RunFolder:
             progress.updates,
             path,
         )
+        self.proc.signals.hand_over()
         raise RunInterrupted(signum, progress.frames, path)
 
     # ----- end ------------------------------------------------------------------------------
