@@ -109,11 +109,11 @@ class UpdateThreads:
             elapsed = time.perf_counter() - start
             if threads != self.collect:
                 torch.set_num_threads(self.collect)
-            self._record(threads, probe, elapsed / max(units, 1e-9))
+            self._record(threads, probe, elapsed / units if units > 0 else None)
 
-    def _record(self, threads: int, probe: bool, per_unit: float) -> None:
+    def _record(self, threads: int, probe: bool, per_unit: float | None) -> None:
         self.count += 1
-        if not probe:
+        if not probe or per_unit is None:  # no work done (e.g. no DQN step due): no timing
             return
         self._times[threads].append(per_unit)
         if all(len(t) >= self.probes for t in self._times.values()):

@@ -1,7 +1,8 @@
 """The benchmark suite: env, collection, training and replay throughput in one table.
 
     python -m benchmarks.run [--quick] [--json PATH] [--games Pong Breakout] [--seconds S]
-                             [--device cpu|cuda] [--sections env collect train replay learner startup]
+                             [--device cpu|cuda]
+                             [--sections env collect train replay learner startup]
 
 Every row is a rate measured in this run next to the reference it is compared with, measured in
 the same run, their ratio (the median of per-round paired ratios where the two alternate in

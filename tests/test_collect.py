@@ -55,6 +55,11 @@ def test_update_threads_follow_the_measurement(faster):
             update(slow, units=2)
         assert sorted(set(seen[1:5])) == [1, 2], seen  # the probe window tried both
         assert chooser.choice == faster and seen[5:] == [faster] * 5
+        fresh = UpdateThreads(plan, probes=2, probe_every=20)
+        for _ in range(3):  # a warm-up update, then probes with no work due: no timings
+            with fresh(units=0):
+                pass
+        assert fresh.count == 3 and all(not t for t in fresh._times.values())
         for _ in range(15):  # the next window, with the other count faster now
             update(faster)
         assert chooser.choice == slow
