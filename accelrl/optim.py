@@ -39,3 +39,11 @@ class RMSpropTF(torch.optim.Optimizer):
                 avg.mul_(group["alpha"]).addcmul_(p.grad, p.grad, value=1 - group["alpha"])
                 p.addcdiv_(p.grad, avg.add(group["eps"]).sqrt_(), value=-group["lr"])
         return loss
+
+
+def adam(params: Iterable[torch.nn.Parameter], lr: float, eps: float) -> torch.optim.Adam:
+    """PyTorch's Adam with its fused kernel (CPU and CUDA): one kernel for every parameter
+    instead of a dozen small ops per tensor. On a CartPole-sized Q-network (256x256 MLP) the
+    step takes 88-166 us instead of 239-484 us on one CPU thread (``benchmarks/learner_speed.py``
+    measures the whole update); the arithmetic is Adam's, to float rounding."""
+    return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)

@@ -42,9 +42,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import PrioritizedSampler, TensorStorage
+
+from accelrl.compat import new_tensordict_unchecked
 
 
 def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -75,6 +78,27 @@ class _MaskedPrioritizedSampler(PrioritizedSampler):
         neutral = torch.full(index.shape, self._min_tree.identity_element, dtype=torch.float64)
         self._min_tree[index] = neutral
         return had
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict]:
+        """Uniform mode (alpha 0, every valid entry mass 1): TorchRL's draw (numpy's global
+        RNG, the sum tree's lower bound) without the importance weights, which are all 1 and
+        which the replay does not return; prioritized mode: TorchRL's ``sample``."""
+        if self._alpha != 0 or self._rng is not None:
+            return super().sample(storage, batch_size)
+        total = self._sum_tree.query(0, self._max_capacity)
+        if total <= 0:
+            raise RuntimeError("no transition can be sampled (zero total mass)")
+        mass = np.random.uniform(0.0, total, size=batch_size)
+        index = torch.as_tensor(self._sum_tree.scan_lower_bound(mass))
+        index.clamp_max_(self._max_capacity - 1)
+        # A draw on a float boundary can land on a zero-mass slot: step left, as TorchRL does.
+        zero = torch.as_tensor(self._sum_tree[index]) == 0
+        while zero.any():
+            index = torch.where(zero, index - 1, index)
+            if (index < 0).any():
+                raise RuntimeError("failed to find a slot with sampling mass")
+            zero = torch.as_tensor(self._sum_tree[index]) == 0
+        return index, {}
 
     def state_dict(self) -> dict[str, Any]:
         """TorchRL's state with the segment trees as tensors of their leaves: the C++ tree
@@ -185,6 +209,8 @@ class FrameReplay:
         if self._entries.batch_size != torch.Size([size]):
             raise ValueError(f"storage holds {self._entries.batch_size} entries, expected {size}")
         self._store = TensorStorage(self._entries)
+        # The columns as plain tensors: a TensorDict lookup per read costs more than the read.
+        self._cols = dict(self._entries.items())
         self._action_shape = tuple(self._entries["action"].shape[1:])
         self._frame_rows = _rows(self._entries["frame"], size)  # a view: writes go to storage
 
@@ -339,11 +365,11 @@ class FrameReplay:
 
     def _get(self, key: str, slots: torch.Tensor) -> torch.Tensor:
         # index_select skips MemoryMappedTensor.__getitem__'s per-call overhead.
-        return torch.index_select(self._entries[key], 0, slots)
+        return torch.index_select(self._cols[key], 0, slots)
 
     def _stacks(self, env: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
         """Observations ``[B, *obs_shape]`` rebuilt from the entries ending at ``end``."""
-        dtype = self._entries["frame"].dtype
+        dtype = self._cols["frame"].dtype
         if self.stack == 1:
             out = torch.index_select(self._frame_rows, 0, self._slots(env, end))
             return out.view(dtype).view(len(end), *self.obs_shape)
@@ -414,11 +440,13 @@ class FrameReplay:
             "gamma_n": torch.pow(self.gamma, steps.to(torch.float64)).to(torch.float32).view(col),
             "steps_to_next_obs": steps.view(col),
             "index": entry * self.num_envs + env,
-            "next": TensorDict(nxt, batch_size=[batch_size]),
+            "next": new_tensordict_unchecked(nxt, batch_size=torch.Size([batch_size])),
         }
         if self.prioritized:
             out["_weight"] = torch.as_tensor(info["priority_weight"]).to(torch.float32)
-        td = TensorDict(out, batch_size=[batch_size])
+        # Built from tensors made above with these shapes: the checked constructor's per-key
+        # validation would cost a tenth of a CartPole gradient step.
+        td = new_tensordict_unchecked(out, batch_size=torch.Size([batch_size]))
         return td if self.device.type == "cpu" else td.to(self.device)
 
     def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:

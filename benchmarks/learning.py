@@ -6,7 +6,7 @@ Atari (one run per call, meant for ``nohup``; both kinds write ``episodes.csv`` 
     python -m benchmarks.learning atari ppo --impl plain   --game Breakout --frames 2000000 \\
         --seed 0 --run-dir runs/parity/ppo-breakout-plain-s0
     python -m benchmarks.learning atari ppo --impl accelrl --game Breakout --frames 2000000 \\
-        --seed 0 --run-dir runs/parity/ppo-breakout-accelrl-s0 [--resume]
+        --seed 0 --run-dir runs/parity/ppo-breakout-accelrl-s0 [--resume] [-- RECIPE FLAGS]
     python -m benchmarks.learning compare runs/parity/ppo-breakout-*-s0 \\
         -o docs/results/learning/ppo_breakout
 
@@ -35,9 +35,11 @@ import numpy as np
 # --- Atari settings shared by both implementations ------------------------------------------
 
 
-def atari_recipe_args(algo: str, game: str, frames: int, seed: int, run_dir: str) -> list[str]:
+def atari_recipe_args(
+    algo: str, game: str, frames: int, seed: int, run_dir: str, extra: Sequence[str] = ()
+) -> list[str]:
     """Recipe flags for the parity runs: the recipe defaults plus the DQN variant the issue
-    names (``DQN_ATARI``: double, 3-step)."""
+    names (``DQN_ATARI``: double, 3-step), then ``extra`` recipe flags (both sides read them)."""
     args = [
         "--env.game", game, "--total-frames", str(frames), "--seed", str(seed),
         "--run-dir", run_dir,
@@ -48,7 +50,7 @@ def atari_recipe_args(algo: str, game: str, frames: int, seed: int, run_dir: str
         for name, value in DQN_ATARI.items():
             flag = "--dqn." + name.replace("_", "-")
             args += [flag] if value is True else [flag, str(value)]
-    return args
+    return [*args, *extra]
 
 
 DQN_ATARI = dict(double=True, n_step=3, replay_capacity=100_000, eps_decay_frames=250_000)
@@ -58,13 +60,15 @@ intensity 8, 80k warm-up frames, target copy every 2000 updates) with double Q-l
 transitions (the plain loop stores both stacks of each: 5.6 GB at 100k)."""
 
 
-def atari_config(algo: str, game: str, frames: int, seed: int, run_dir: str = "unused") -> Any:
+def atari_config(
+    algo: str, game: str, frames: int, seed: int, run_dir: str = "unused", extra: Sequence[str] = ()
+) -> Any:
     """The recipe's ``Config`` that ``--impl accelrl`` runs with: ``atari_recipe_args`` parsed by
     the recipe's own flag parser (DQN presets applied). The plain loop reads its settings here."""
     from accelrl.cli import parse_flags
 
     recipe = importlib.import_module(f"recipes.{algo}_atari")
-    cfg = parse_flags(recipe.Config, atari_recipe_args(algo, game, frames, seed, run_dir))
+    cfg = parse_flags(recipe.Config, atari_recipe_args(algo, game, frames, seed, run_dir, extra))
     return recipe.resolve(cfg) if algo == "dqn" else cfg
 
 
@@ -98,13 +102,15 @@ class EpisodeFiles:
         self.metrics.close()
 
 
-def run_plain_atari(algo: str, game: str, frames: int, seed: int, run_dir: Path) -> None:
+def run_plain_atari(
+    algo: str, game: str, frames: int, seed: int, run_dir: Path, extra: Sequence[str] = ()
+) -> None:
     import torch
 
     from benchmarks import plain_loops as pl
 
     torch.set_num_threads(1)
-    cfg = atari_config(algo, game, frames, seed, str(run_dir))
+    cfg = atari_config(algo, game, frames, seed, str(run_dir), extra)
     envs, steps = pl.batch_layout(cfg)
     per_iter = envs * steps * cfg.env.frameskip
     iterations = pl.iterations_for(cfg)
@@ -131,11 +137,11 @@ def run_plain_atari(algo: str, game: str, frames: int, seed: int, run_dir: Path)
 
 
 def run_accelrl_atari(algo: str, game: str, frames: int, seed: int, run_dir: Path,
-                      resume: bool) -> None:  # fmt: skip
+                      resume: bool, extra: Sequence[str] = ()) -> None:  # fmt: skip
     recipe = importlib.import_module(f"recipes.{algo}_atari")
     from accelrl.cli import run_recipe
 
-    argv = atari_recipe_args(algo, game, frames, seed, str(run_dir))
+    argv = atari_recipe_args(algo, game, frames, seed, str(run_dir), extra)
     if resume:
         argv.append("--resume")
     run_recipe(recipe.Config, recipe.train, description=recipe.__doc__, argv=argv)
@@ -206,15 +212,19 @@ def main(argv: list[str] | None = None) -> None:
 
         learning_cartpole.main(argv[1:])
         return
-    args = p.parse_args(argv)
+    # after "--": recipe flags that both sides read (e.g. -- --env.sticky-actions 0)
+    recipe_flags = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = p.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    args.recipe_flags = recipe_flags
     if args.mode == "atari":
         if args.impl == "plain":
             if args.resume:
                 sys.exit("benchmarks.learning: the plain loops do not checkpoint; start again")
-            run_plain_atari(args.algo, args.game, args.frames, args.seed, args.run_dir)
+            run_plain_atari(args.algo, args.game, args.frames, args.seed, args.run_dir,
+                            args.recipe_flags)  # fmt: skip
         else:
             run_accelrl_atari(args.algo, args.game, args.frames, args.seed, args.run_dir,
-                              args.resume)  # fmt: skip
+                              args.resume, args.recipe_flags)  # fmt: skip
     else:
         compare(args.run_dirs, args.out)
 

@@ -296,3 +296,47 @@ def test_prioritized_run_survives_skipped_nonfinite_steps(tmp_path, monkeypatch)
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
     assert float(rows[-1]["train/skipped_steps"]) == 3
     assert all(torch.isfinite(torch.tensor(float(r["loss/q"]))) for r in rows[-3:])
+
+
+@pytest.mark.parametrize("double", [False, True], ids=["dqn", "double"])
+def test_direct_q_loss_matches_torchrl_dqnloss_through_target_copies_and_loading(double):
+    """``DQN`` computes expected-value losses from its two networks directly; TorchRL's
+    ``DQNLoss`` (which still owns the target parameters) must give the same loss, gradients and
+    TD errors: before a target copy, after one, and in a DQN restored from a checkpoint."""
+    dqn = make_dqn(double=double, prioritized=True, target_update_interval=2)
+    td = fixed_batch(weight=True)
+
+    def both(agent: DQN) -> None:
+        params = list(network(agent).parameters())
+        for p in params:
+            p.grad = None  # update() leaves its last gradients
+        results = []
+        for terms in (agent._q_terms, agent._loss_terms):
+            sample = td.clone()
+            sample.set("priority_weight", sample.get("_weight"))
+            loss, td_error = terms(sample)
+            loss.backward()
+            results.append((loss.detach(), td_error.reshape(-1), grads(params)))
+            for p in params:
+                p.grad = None
+        (direct, direct_td, direct_grads), (torchrl, torchrl_td, torchrl_grads) = results
+        torch.testing.assert_close(direct, torchrl, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(direct_td, torchrl_td, rtol=1e-4, atol=1e-5)
+        for got, want in zip(direct_grads, torchrl_grads, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+    desync_target(dqn)
+    both(dqn)
+    for _ in range(2):  # the second update copies the online weights into the target
+        dqn.update(td.clone())
+    torch.testing.assert_close(
+        list(dqn.target_network.parameters()), list(network(dqn).parameters())
+    )
+    dqn.update(td.clone())  # online and target differ again
+    both(dqn)
+    restored = make_dqn(double=double, prioritized=True, target_update_interval=2)
+    restored.load_state_dict(copy.deepcopy(dqn.state_dict()))
+    torch.testing.assert_close(
+        list(restored.target_network.parameters()), list(target_network(dqn).parameters())
+    )
+    both(restored)

@@ -24,7 +24,7 @@ from accelrl.algos.common import (
     set_lr,
     total_loss,
 )
-from accelrl.optim import RMSpropTF
+from accelrl.optim import RMSpropTF, adam
 from accelrl.validate import ConfigError, check_positive
 
 
@@ -96,7 +96,7 @@ class A2C(ActorCriticLearner):
         if cfg.optimizer == "rmsprop":
             self.optimizer = RMSpropTF(self.params, lr=cfg.lr, alpha=cfg.rms_alpha, eps=cfg.eps)
         else:
-            self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, eps=cfg.eps)
+            self.optimizer = adam(self.params, lr=cfg.lr, eps=cfg.eps)
 
     def lr_at(self, progress: float) -> float:
         """Learning rate at ``progress`` in [0, 1] of the run's frames."""

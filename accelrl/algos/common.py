@@ -8,6 +8,7 @@ from tensordict.nn import TensorDictModuleBase
 from torchrl.modules import ActorValueOperator
 from torchrl.objectives.value import GAE
 
+from accelrl import distributed
 from accelrl.distributed import average_gradients
 
 
@@ -109,21 +110,31 @@ def gradient_step(
     optimizer touches the weights (see ``NonFiniteGuard``).
     """
     optimizer.zero_grad(set_to_none=True)
-    finite = bool(torch.isfinite(loss.detach()).all())
-    if finite:
-        loss.backward()
-    # Data-parallel runs: every rank steps with the gradient of the global batch, and a
-    # non-finite loss on any rank makes every rank skip (or stop at) this same step.
-    if average_gradients(parameters, local_nonfinite=not finite):
+    if distributed.active():
+        finite = bool(torch.isfinite(loss.detach()).all())
         if finite:
-            return _nonfinite(guard, optimizer, "the loss of another rank is non-finite")
-        what = f"loss is {float(loss.detach().reshape(-1)[0])} (non-finite)"
-        return _nonfinite(guard, optimizer, what)
+            loss.backward()
+        # Data-parallel runs: every rank steps with the gradient of the global batch, and a
+        # non-finite loss on any rank makes every rank skip (or stop at) this same step.
+        if average_gradients(parameters, local_nonfinite=not finite):
+            if finite:
+                return _nonfinite(guard, optimizer, "the loss of another rank is non-finite")
+            return _nonfinite(guard, optimizer, _nonfinite_loss(loss))
+    else:
+        # One process: loss and gradient norm are checked together below, one wait for the
+        # device per step instead of two (backward of a NaN loss only fills the gradients).
+        loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
-    if not torch.isfinite(norm):
+    if not bool(torch.isfinite(norm) & torch.isfinite(loss.detach()).all()):
+        if not bool(torch.isfinite(loss.detach()).all()):
+            return _nonfinite(guard, optimizer, _nonfinite_loss(loss))
         return _nonfinite(guard, optimizer, f"gradient norm is {float(norm)} (non-finite)")
     optimizer.step()
     return norm
+
+
+def _nonfinite_loss(loss: torch.Tensor) -> str:
+    return f"loss is {float(loss.detach().reshape(-1)[0])} (non-finite)"
 
 
 def _nonfinite(guard: NonFiniteGuard, optimizer: torch.optim.Optimizer, what: str) -> torch.Tensor:

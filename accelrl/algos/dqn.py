@@ -14,12 +14,14 @@ scaling Adam's learning rate with the square root of the batch size (see the REA
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictSequential
 from torchrl.data import Categorical
@@ -29,6 +31,7 @@ from torchrl.objectives.utils import TargetNetUpdater, ValueEstimators
 
 from accelrl.algos.common import NonFiniteGuard, gradient_step
 from accelrl.models import DirectTensorDictModule, QNetwork
+from accelrl.optim import adam
 from accelrl.validate import ConfigError, check_positive
 
 Preset = Literal["none", "rainbow", "dqn-512", "cat-dqn-2048", "rainbow-512"]
@@ -183,10 +186,8 @@ class DQN:
     ) -> None:
         self.cfg = cfg
         self.device = device
+        self.obs_key = obs_key
         self.guard = NonFiniteGuard(on_nonfinite)
-        # --compile.loss: the loss module's forward (online and target networks, targets) as
-        # one torch.compile graph; backward, optimizer step and target updates stay eager.
-        self._loss = torch.compile(self._loss_terms) if compile_loss else self._loss_terms
         spec = Categorical(num_actions)
         net = QNetwork(
             obs_key,
@@ -239,7 +240,26 @@ class DQN:
                 self.loss, value_network_update_interval=cfg.target_update_interval
             )
         self.params = list(self.greedy.parameters())
-        self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, eps=cfg.adam_eps)
+        self.optimizer = adam(self.params, lr=cfg.lr, eps=cfg.adam_eps)
+        # Expected-value DQN computes its loss from the two networks directly (``_q_terms``):
+        # TorchRL's DQNLoss swaps parameter TensorDicts into the network for each of its two or
+        # three forward passes and builds several TensorDicts a step, which cost about as much
+        # as the update itself on CartPole-sized networks (``benchmarks/learner_speed.py``).
+        # The loss module still owns the parameters, the target parameters (updated in place
+        # by HardUpdate / SoftUpdate) and the checkpoint state; ``target_network`` is a copy
+        # of the Q-network whose tensors *are* those target parameters, so it always holds the
+        # current target weights (``tests/test_dqn_math.py`` checks both paths agree).
+        # C51 keeps TorchRL's DistributionalDQNLoss.
+        self.target_network: torch.nn.Module | None = None
+        terms = self._loss_terms
+        if not cfg.distributional:
+            self.target_network = copy.deepcopy(net).requires_grad_(False)
+            target = self.loss.target_value_network_params.get(("module", "0", "module"))
+            target.to_module(self.target_network)
+            terms = self._q_terms
+        # --compile.loss: the loss terms (online and target networks, targets) as one
+        # torch.compile graph; backward, optimizer step and target updates stay eager.
+        self._loss = torch.compile(terms) if compile_loss else terms
 
     def epsilon(self, frames: int) -> float:
         """Exploration rate after ``frames`` emulator frames (linear decay, then constant)."""
@@ -272,6 +292,31 @@ class DQN:
         loss = self.loss(sample)["loss"].mean()
         return loss, sample.get("td_error")
 
+    def _q_terms(self, sample: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """What ``DQNLoss`` (TD(0) on the n-step sample, smooth-L1, ``reduction="none"``)
+        computes: (mean of the weighted per-sample Huber losses, squared TD errors [B, 1])."""
+        nxt = sample.get("next")
+        next_obs = nxt.get(self.obs_key)
+        action = sample.get("action").reshape(-1, 1)
+        q = self.q_network(sample.get(self.obs_key)).gather(-1, action).squeeze(-1)
+        with torch.no_grad():
+            next_q = self.target_network(next_obs)
+            if self.cfg.double:  # the online network picks, the target network scores
+                best = self.q_network(next_obs).argmax(-1, keepdim=True)
+                bootstrap = next_q.gather(-1, best).squeeze(-1)
+            else:
+                bootstrap = next_q.max(-1).values
+            # gamma ** k for a k-step sample (k < n at an episode end; TorchRL's key), 0 past a
+            # terminal
+            k = sample.get("steps_to_next_obs", None)
+            gamma = self.cfg.gamma if k is None else self.cfg.gamma ** k.reshape(-1).float()
+            discount = gamma * (~nxt.get("terminated")).reshape(-1)
+            target = nxt.get("reward").reshape(-1) + discount * bootstrap
+        per_sample = F.smooth_l1_loss(q, target, reduction="none")
+        if "_weight" in sample.keys():
+            per_sample = per_sample * sample.get("_weight")
+        return per_sample.mean(), (q.detach() - target).pow(2).unsqueeze(-1)
+
     def update(self, sample: TensorDictBase) -> tuple[dict[str, float], torch.Tensor | None]:
         """One gradient step on a replay sample; returns (metrics, priorities [B]).
 
@@ -285,11 +330,14 @@ class DQN:
         )
         applied = self.guard.skipped == skipped
         self.target.step()
-        loss_value, norm_value = float(loss.detach()), float(grad_norm)
+        # One host transfer for the three figures (each float() would wait on its own).
+        loss_value, norm_value, td = torch.stack(
+            [loss.detach(), grad_norm.to(loss.device), priority.mean()]
+        ).tolist()
         metrics = {
             "loss/q": loss_value,
             "train/grad_norm": norm_value,
-            "train/td_error": float(priority.mean()) if applied else math.nan,
+            "train/td_error": td if applied else math.nan,
             "train/skipped_steps": self.guard.skipped,
         }
         return metrics, priority if applied else None

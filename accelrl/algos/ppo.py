@@ -24,6 +24,7 @@ from accelrl.algos.common import (
     set_lr,
     total_loss,
 )
+from accelrl.optim import adam
 from accelrl.validate import ConfigError, check_positive
 
 
@@ -121,7 +122,7 @@ class PPO(ActorCriticLearner):
             normalize_advantage=cfg.normalize_advantage,
             clip_value=cfg.clip_value,
         )
-        self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, eps=cfg.adam_eps)
+        self.optimizer = adam(self.params, lr=cfg.lr, eps=cfg.adam_eps)
         if getattr(cfg, "vtrace", False):
             # Values come from ``fill_values`` (current critic); V-trace reweighs the returns
             # by pi / mu, with mu the acting policy's ``action_log_prob``.
