@@ -47,6 +47,11 @@ class EnvConfig:
     """Emulator frames after which an episode is truncated (30 minutes of play)."""
     fire_reset: bool = True
     """Press FIRE after reset in games that need it to start."""
+    fire_on_life_loss: bool = False
+    """ale_vec, games with FIRE: the step after a lost life presses FIRE whatever the agent
+    chose (the game waits for it to serve; OpenAI baselines' episodic-life + FIRE-reset wrappers
+    press it there too). Part of the simulator's dynamics: the agent's chosen action is
+    recorded, as with sticky actions."""
 
 
 @dataclass

@@ -62,6 +62,10 @@ def validate_env(env: EnvConfig, prefix: str = "env") -> None:
                 rom_id(env.game)
             except ValueError as err:
                 raise ConfigError(f"{prefix}.game", env.game, str(err).split(": ", 1)[-1]) from None
+        if env.fire_on_life_loss:
+            raise ConfigError(
+                f"{prefix}.fire_on_life_loss", True, f"is for Atari games, not {env.game}"
+            )
         return
     if not 0 <= env.async_batch_size < env.num_envs and env.async_batch_size != 0:
         raise ConfigError(
@@ -81,6 +85,13 @@ def validate_env(env: EnvConfig, prefix: str = "env") -> None:
     if not 0.0 <= env.sticky_actions <= 1.0:
         raise ConfigError(f"{prefix}.sticky_actions", env.sticky_actions, "must be in [0, 1]")
     check_positive(f"{prefix}.max_episode_frames", env.max_episode_frames)
+    if env.fire_on_life_loss:
+        if env.backend != "ale_vec":
+            raise ConfigError(f"{prefix}.fire_on_life_loss", True, "needs backend ale_vec")
+        from accelrl.envs.ale_vec import fire_action_index
+
+        if fire_action_index(env.game) is None:
+            raise ConfigError(f"{prefix}.fire_on_life_loss", True, f"{env.game} has no FIRE action")
 
 
 def require_whole_trajectories(env: EnvConfig, algo: str) -> None:

@@ -144,14 +144,24 @@ class VecAtari:
         self.ep_return = np.zeros(num_envs)
         self.ep_length = np.zeros(num_envs, dtype=np.int64)
         self.finished: list[tuple[float, int]] = []
+        # env.fire_on_life_loss: FIRE replaces the agent's action on the step after a lost life.
+        self.fire = None
+        if env.fire_on_life_loss:
+            from accelrl.envs.ale_vec import fire_action_index
+
+            self.fire = fire_action_index(env.game)
+        self.fire_due = np.zeros(num_envs, dtype=bool)
 
     def step(self, actions: np.ndarray):
         """Returns (reward sign, terminated-or-life-lost, ended-or-life-lost, final obs of
         truncated rows or None, truncated mask)."""
+        if self.fire is not None and self.fire_due.any():
+            actions = np.where(self.fire_due, self.fire, actions)
         obs, reward, terminated, truncated, info = self.env.step(actions)
         ended = terminated | truncated
         lives = info["lives"]
         life_lost = (lives < self.lives) & ~ended
+        self.fire_due = life_lost
         self.lives = lives.copy()
         self.ep_return += reward
         self.ep_length += 1

@@ -348,3 +348,50 @@ def test_ale_vec_fire_reset_starts_breakout():
     fired = same_action_rollout(EnvConfig(**base, fire_reset=True), steps=3)
     idle = same_action_rollout(EnvConfig(**base, fire_reset=False), steps=3)
     assert not torch.equal(fired, idle)
+
+
+def noop_lives(cfg: EnvConfig, steps: int) -> tuple[list[int], torch.Tensor]:
+    """An agent that only ever chooses NOOP: (lives lost per row, ``action`` as recorded)."""
+    env = make_env(cfg, seed=0, sim_threads=1)
+    try:
+        td = env.reset()
+        lost, recorded = torch.zeros(cfg.num_envs, dtype=torch.int64), []
+        for _ in range(steps):
+            td.set("action", torch.zeros(env.batch_size, dtype=torch.int64))
+            out = env.step(td)
+            recorded.append(out["action"].clone())
+            nxt = out["next"]
+            ended = nxt["life_lost"].reshape(-1) | nxt["done"].reshape(-1)
+            lost.index_add_(0, nxt["env_id"].reshape(-1), ended.long())
+            td = nxt
+    finally:
+        env.close()
+    return lost.tolist(), torch.stack(recorded)
+
+
+@pytest.mark.parametrize("async_batch_size", [0, 1], ids=["sync", "async"])
+def test_fire_on_life_loss_serves_the_ball_after_every_lost_life(async_batch_size):
+    """Breakout waits for FIRE after a lost life: an agent that never presses it loses one life
+    (the ball served at reset) and then waits forever; with ``fire_on_life_loss`` the simulator
+    presses FIRE on the step after each loss, so the same agent keeps losing lives. The recorded
+    action stays the agent's."""
+    base = dict(game="Breakout", num_envs=2, sticky_actions=0.0, noop_max=0)
+    base["async_batch_size"] = async_batch_size
+    waiting, _ = noop_lives(EnvConfig(**base), 800)
+    assert max(waiting) <= 1, waiting
+    fired, recorded = noop_lives(EnvConfig(**base, fire_on_life_loss=True), 800)
+    assert min(fired) >= 3, fired
+    assert not recorded.any()
+
+
+def test_fire_on_life_loss_needs_an_atari_game_with_fire():
+    from accelrl.validate import ConfigError, validate_env
+
+    validate_env(EnvConfig(game="Breakout", fire_on_life_loss=True))
+    for cfg, words in [
+        (EnvConfig(game="CartPole-v1", fire_on_life_loss=True), "is for Atari games"),
+        (EnvConfig(game="MsPacman", fire_on_life_loss=True), "has no FIRE action"),
+        (EnvConfig(game="Breakout", backend="gym", fire_on_life_loss=True), "backend ale_vec"),
+    ]:
+        with pytest.raises(ConfigError, match=words):
+            validate_env(cfg)

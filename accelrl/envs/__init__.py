@@ -68,6 +68,7 @@ def make_env(
         sticky_actions=cfg.sticky_actions,
         max_episode_frames=cfg.max_episode_frames,
         fire_reset=cfg.fire_reset,
+        fire_on_life_loss=cfg.fire_on_life_loss,
         seed=seed,
     )
     env.set_seed(seed)

@@ -16,6 +16,18 @@ from accelrl.envs.games import rom_id
 from accelrl.envs.vector import SameStepVectorEnv
 
 
+def fire_action_index(game: str, full_action_space: bool = False) -> int | None:
+    """Index of FIRE in the game's action set (minimal unless ``full_action_space``), or None
+    for games without it."""
+    from ale_py import Action, ALEInterface, LoggerMode, roms
+
+    ALEInterface.setLoggerMode(LoggerMode.Error)
+    ale = ALEInterface()
+    ale.loadROM(roms.get_rom_path(rom_id(game)))
+    actions = list(ale.getLegalActionSet() if full_action_space else ale.getMinimalActionSet())
+    return actions.index(Action.FIRE) if Action.FIRE in actions else None
+
+
 class AleVecEnv(SameStepVectorEnv):
     """Batched TorchRL env over ``ale_py.vector_env.AtariVectorEnv``.
 
@@ -39,6 +51,7 @@ class AleVecEnv(SameStepVectorEnv):
         sticky_actions: float = 0.25,
         max_episode_frames: int = 108_000,
         fire_reset: bool = True,
+        fire_on_life_loss: bool = False,
         full_action_space: bool = False,
         seed: int = 0,
     ) -> None:
@@ -80,6 +93,7 @@ class AleVecEnv(SameStepVectorEnv):
             num_actions=int(self._vec.single_action_space.n),
             clip_rewards=True,
             seed=seed,
+            fire_action=fire_action_index(game, full_action_space) if fire_on_life_loss else None,
         )
 
     def _raw_reset(self, seeds):

@@ -43,8 +43,13 @@ class SameStepVectorEnv(EnvBase):
         num_actions: int,
         clip_rewards: bool,
         seed: int = 0,
+        fire_action: int | None = None,
     ) -> None:
         super().__init__(batch_size=torch.Size([rows]), device="cpu")
+        # ``fire_action``: the action index sent instead of the agent's on the step after a
+        # lost life (``EnvConfig.fire_on_life_loss``); None: never.
+        self.fire_action = fire_action
+        self._fire_due = np.zeros(num_envs, dtype=bool)
         self.num_envs = num_envs
         self.rows = rows
         self.num_actions = num_actions
@@ -142,9 +147,23 @@ class SameStepVectorEnv(EnvBase):
         """Wait for the step started by ``_raw_send``; returns what ``_raw_step`` returns."""
         return self._raw_step(self._sent)
 
+    def _executed(self, actions: np.ndarray) -> np.ndarray:
+        """``actions`` as sent: FIRE for the rows that lost a life on their previous step."""
+        if self.fire_action is None:
+            return actions
+        # The rows act for the simulators of the last root (all, in order, when synchronous).
+        ids = slice(None) if self.rows == self.num_envs else self._root["env_id"].numpy()[:, 0]
+        due = self._fire_due[ids].copy()
+        if not due.any():
+            return actions
+        self._fire_due[ids] = False
+        actions = actions.copy()
+        actions[due] = self.fire_action
+        return actions
+
     def step_send(self, action: torch.Tensor) -> None:
         """First half of a step: the simulators start stepping with ``action`` ([rows])."""
-        self._raw_send(action.numpy())
+        self._raw_send(self._executed(action.numpy()))
 
     def step_recv(self) -> tuple[TensorDict, TensorDict]:
         """Second half: (the transition's ``next`` data, the root to act on next)."""
@@ -152,7 +171,7 @@ class SameStepVectorEnv(EnvBase):
 
     def _advance(self, action: torch.Tensor) -> tuple[TensorDict, TensorDict]:
         """One batched step: the transition's ``next`` data and the root to act on next."""
-        return self._complete(*self._raw_step(action.numpy()))
+        return self._complete(*self._raw_step(self._executed(action.numpy())))
 
     def _complete(self, obs, score, terminated, truncated, env_ids, lives, info):
         # Synchronous mode returns every simulator in order: plain views instead of gathers.
@@ -163,6 +182,8 @@ class SameStepVectorEnv(EnvBase):
             # jumped up, so a life loss is a drop in lives within one episode.
             life_lost = (lives < self._lives[rows]) & ~ended
             self._lives[rows] = lives
+            if self.fire_action is not None:
+                self._fire_due[rows] = life_lost
         else:
             life_lost = np.zeros_like(ended)
         score = score.astype(np.float32, copy=False)
