@@ -151,6 +151,8 @@ class FrameReplay:
         self.life_loss_boundary = life_loss_boundary
         self.device = torch.device(device)
         self.ring = capacity // num_envs
+        self._ahead = torch.arange(n_step)  # offsets of an n-step window
+        self._discounts = torch.tensor([gamma**i for i in range(n_step)], dtype=torch.float32)
         self._frame_shape = self.obs_shape[1:] if stack > 1 else self.obs_shape
         self._dir = None if storage_dir is None else Path(storage_dir)
         self._sampler = _MaskedPrioritizedSampler(
@@ -409,22 +411,20 @@ class FrameReplay:
         last = self._written[env] - 1
         entry = last - (last - pos) % self.ring
 
-        alive = torch.ones(batch_size, dtype=torch.bool)
-        steps = torch.zeros(batch_size, dtype=torch.int64)
-        ret = torch.zeros(batch_size, dtype=torch.float32)
-        ended = torch.zeros(batch_size, dtype=torch.bool)
-        terminal = torch.zeros(batch_size, dtype=torch.bool)
-        for i in range(self.n_step):
-            s = self._slots(env, entry + i)
-            stop, term = self._get("done", s), self._get("terminated", s)
-            if self.life_loss_boundary:
-                lost = self._get("life_lost", s)
-                stop, term = stop | lost, term | lost
-            ret += torch.where(alive, self._get("reward", s) * self.gamma**i, 0.0)
-            steps += alive.long()
-            ended |= alive & stop
-            terminal |= alive & term
-            alive &= ~stop
+        # The n steps from each sampled entry, read in one gather per column ([B, n]); step i
+        # counts while no boundary came before it.
+        window = self._slots(env[:, None], entry[:, None] + self._ahead).reshape(-1)
+        stop = self._get("done", window).view(batch_size, -1)
+        term = self._get("terminated", window).view(batch_size, -1)
+        if self.life_loss_boundary:
+            lost = self._get("life_lost", window).view(batch_size, -1)
+            stop, term = stop | lost, term | lost
+        alive = stop.cumsum(1) - stop.long() == 0
+        reward = self._get("reward", window).view(batch_size, -1)
+        ret = (reward * self._discounts).where(alive, 0.0).sum(1)
+        steps = alive.sum(1)
+        ended = (alive & stop).any(1)
+        terminal = (alive & term).any(1)
 
         col = (batch_size, 1)
         nxt = {
