@@ -1,7 +1,7 @@
 """Learning parity on CartPole-v1: each accelrl recipe next to its plain single-file loop.
 
-    python -m benchmarks.learning_cartpole [--algos ppo a2c dqn double-dueling nstep-prioritized
-        c51 rainbow] [--seeds 0 1 2] [--json PATH] [--quick]
+    python -m benchmarks.learning_cartpole [--algos ppo a2c dqn double-dueling double-dueling-nstep
+        nstep-prioritized c51 rainbow] [--seeds 0 1 2] [--json PATH] [--quick]
 
 For every algorithm and seed, the plain loop (``benchmarks.plain_classic``: gymnasium vector env,
 numpy, PyTorch) and the recipe (``recipes/<algo>_atari.py``'s ``train`` with
@@ -39,6 +39,7 @@ KINDS: dict[str, str] = {
     "a2c": "a2c",
     "dqn": "dqn",
     "double-dueling": "dqn",
+    "double-dueling-nstep": "dqn",
     "nstep-prioritized": "dqn",
     "c51": "dqn",
     "rainbow": "dqn",
@@ -69,6 +70,10 @@ C51 = dict(distributional=True, atoms=51, v_min=0.0, v_max=100.0)
 DQN_VARIANTS: dict[str, dict] = {
     "dqn": {},
     "double-dueling": dict(double=True, dueling=True),
+    # Double Q-learning with 1-step targets peaks below 200 here in both loops (plain loop, seed
+    # 0, 100k steps: best last-100 134-185 with target copies every 32/128/512 updates, Polyak
+    # 0.01, lr 1e-3, gamma 0.98); with 3-step returns and lr 1e-3 it reaches 374 at 50k.
+    "double-dueling-nstep": dict(double=True, dueling=True, n_step=3, lr=1e-3),
     "nstep-prioritized": dict(n_step=3, prioritized=True),
     "c51": C51,
     "rainbow": {**C51, "double": True, "dueling": True, "n_step": 3, "prioritized": True},

@@ -389,16 +389,19 @@ def plain_a2c(
     """A2C with ``cfg``'s settings (``cfg.a2c``) for ``iterations`` batches (default: until
     ``cfg.total_frames``)."""
     a = cfg.a2c
-    require("a2c", a, optimizer="rmsprop", life_loss_boundary=True)
+    require("a2c", a, life_loss_boundary=True)
     num_envs, steps = batch_layout(cfg)
     iterations = iterations_for(cfg) if iterations is None else iterations
     env, dev = _setup(cfg, num_envs, threads, device)
     model = ActorCritic(env.num_actions, cfg.env.frame_stack, cfg.env.screen_size).to(dev)
-    # TensorFlow's RMSprop (eps inside the square root, average from one), as OpenAI
-    # baselines' A2C and the recipe use; PyTorch's form takes far larger early steps.
-    from benchmarks.plain_classic import RMSpropTF
+    if a.optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=a.lr, eps=a.eps)
+    else:
+        # TensorFlow's RMSprop (eps inside the square root, average from one), as OpenAI
+        # baselines' A2C uses; PyTorch's form takes far larger early steps.
+        from benchmarks.plain_classic import RMSpropTF
 
-    opt = RMSpropTF(model.parameters(), lr=a.lr, alpha=a.rms_alpha, eps=a.eps)
+        opt = RMSpropTF(model.parameters(), lr=a.lr, alpha=a.rms_alpha, eps=a.eps)
     rollout = Rollout(env, model, steps, dev)
     n = num_envs * steps
     records: list[Record] = []

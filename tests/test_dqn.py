@@ -247,6 +247,8 @@ VARIANTS = {
     # plain loop either (double alone 56, dueling alone 186, double+dueling+3-step 173), so its
     # bar is set from the parity run, far above random play (~22) and a broken learner;
     "double-dueling": 70,
+    # double + dueling + 3-step at lr 1e-3 (the plain loop: 374 at 50k, 270 at 100k, seed 0)
+    "double-dueling-nstep": 200,
     # 3-step + prioritized 405 / 401; C51 on [0, 100] 350 / 398; rainbow (all five) 453 / 444.
     "nstep-prioritized": 200,
     "c51": 200,

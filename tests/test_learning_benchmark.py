@@ -16,6 +16,7 @@ from benchmarks import learning, learning_cartpole
 DQN_FLAGS = {  # (double, dueling, n_step, prioritized, distributional)
     "dqn": (False, False, 1, False, False),
     "double-dueling": (True, True, 1, False, False),
+    "double-dueling-nstep": (True, True, 3, False, False),
     "nstep-prioritized": (False, False, 3, True, False),
     "c51": (False, False, 1, False, True),
     "rainbow": (True, True, 3, True, True),
@@ -41,8 +42,9 @@ def test_cartpole_config_holds_every_setting_once():
             d = cfg.dqn
             assert cfg.total_frames == 50_000 and cfg.collector.steps_per_batch == 256
             assert tuple(cfg.model.mlp_hidden) == (256, 256)
+            lr = 1e-3 if algo == "double-dueling-nstep" else 2.3e-3
             assert (d.lr, d.adam_eps, d.batch_size, d.training_intensity) == (
-                2.3e-3, 1e-8, 64, 32.0)  # fmt: skip
+                lr, 1e-8, 64, 32.0)  # fmt: skip
             assert (d.learning_starts_frames, d.replay_capacity, d.target_update_interval) == (
                 1000, 100_000, 128)  # fmt: skip
             assert (d.eps_start, d.eps_end, d.eps_decay_frames, d.tau) == (1.0, 0.04, 8000, 0.0)

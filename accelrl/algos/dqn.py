@@ -5,7 +5,9 @@
 combine freely; the ``rainbow`` preset turns them all on without noisy nets (the paper's
 eps-Rainbow). TorchRL's ``DistributionalDQNLoss`` has no double-Q switch: with
 ``distributional`` the online network always picks the bootstrap action (by expected value)
-and the target network scores it, i.e. it is always double.
+and the target network scores it, i.e. it is always double. Expected-value losses are computed
+directly from the two networks, with ``DQNLoss`` holding the parameters and target parameters
+(``DQN._q_terms``: TorchRL's forward costs as much as the update on small networks).
 
 Presets for the paper's large batches keep the training intensity (replayed samples per
 collected sample, 8 as in the Atari papers) and grow the number of simulators with the batch,
