@@ -14,7 +14,7 @@ recipe's hyperparameters, and does the same work per step and per update as the 
   episode bootstraps from its final frame), then epochs x minibatches of the clipped policy
   loss, clipped value loss and entropy bonus, gradient-norm clipping, Adam; learning rate and clip
   range annealed; approximate KL and clip fraction per minibatch (logged by the recipes too).
-- ``plain_a2c``: T steps, n-step returns, one RMSprop step (TensorFlow's form) on the batch.
+- ``plain_a2c``: T steps, n-step returns, one Adam (or TensorFlow-form RMSprop) step on the batch.
 - ``plain_dqn``: epsilon-greedy acting (the Q-network runs for every step, as accelrl's
   ``EGreedyModule`` does), a uniform replay of (obs, next obs) stacks in a ring per simulator, or
   with ``prioritized`` a numpy sum tree; ``double``, ``dueling``, ``n_step`` and

@@ -47,8 +47,8 @@ def validate(cfg: Config) -> None:
 def make_agent(cfg: Config, env_spec: dict, device: torch.device, lr_scale: float = 1.0) -> A2C:
     """The actor-critic (TorchRL's ``ActorValueOperator``: one Nature CNN shared by both heads
     on frames, two MLPs on vector inputs) and its A2C learner (n-step returns through TorchRL's
-    ``GAE`` at lambda 1, ``A2CLoss``, RMSprop at ``lr_scale`` x ``a2c.lr``); ``accelrl.play``
-    rebuilds a trained agent with it."""
+    ``GAE`` at lambda 1, ``A2CLoss``, Adam (or RMSprop) at ``lr_scale`` x ``a2c.lr``);
+    ``accelrl.play`` rebuilds a trained agent with it."""
     model = make_actor_critic(**env_spec, mlp_hidden=cfg.model.mlp_hidden).to(device)
     a2c_cfg = replace(cfg.a2c, lr=cfg.a2c.lr * lr_scale)
     return A2C(

@@ -20,6 +20,8 @@ def test_one_update_moves_every_parameter_and_reports_metrics():
     with torch.no_grad():
         batch = env.rollout(5, model, break_when_any_done=False)
     a2c = A2C(model, A2CConfig(), torch.device("cpu"))
+    # Adam by default: baselines' TF-form RMSprop stays at random play on Breakout (README)
+    assert isinstance(a2c.optimizer, torch.optim.Adam)
     before = [p.detach().clone() for p in model.parameters()]
     metrics = a2c.update(batch, progress=0.5)
     assert metrics["train/lr"] == 7e-4 * 0.5
@@ -51,7 +53,7 @@ def test_a2c_learns_cartpole(tmp_path, capsys):
     cfg.env.game = "CartPole-v1"
     cfg.env.num_envs = 8
     cfg.collector.steps_per_batch = 40
-    cfg.a2c = A2CConfig(lr=4e-3, entropy_coef=0.0)
+    cfg.a2c = A2CConfig(optimizer="rmsprop", lr=4e-3, entropy_coef=0.0)
     cfg.log.progress = False
     cfg.log.tensorboard = False
     cfg.log.eval_episodes = 4
