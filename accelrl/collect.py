@@ -212,6 +212,8 @@ def make_collector(
     plan: ThreadPlan,
     learner_device: str,
     start_version: int = 0,
+    compile_policy: bool = False,
+    cudagraph_policy: bool = False,
 ):
     """An endless collector of ``cfg.kind`` yielding batches of agent steps, time last.
 
@@ -227,6 +229,8 @@ def make_collector(
 
     Worker ``i`` seeds its simulators from ``seed + i * num_envs``. After each update call
     ``collector.update_policy_weights_()`` so the acting weights follow the learner's.
+    ``compile_policy`` / ``cudagraph_policy`` hand the policy to TorchRL's ``torch.compile`` /
+    ``CudaGraphModule`` wrapping (sync and async kinds only; validation refuses the others).
     """
     policy_device = (
         learner_device if cfg.policy_device == "auto" else resolve_device(cfg.policy_device)
@@ -274,6 +278,12 @@ def make_collector(
         policy_device=policy_device,
         storing_device=storing_device,
     )
+    if compile_policy or cudagraph_policy:
+        if cfg.kind not in ("sync", "async"):
+            raise ValueError(f"compiled policies need collector kind sync or async, not {cfg.kind}")
+        common |= dict(
+            compile_policy=compile_policy or None, cudagraph_policy=cudagraph_policy or None
+        )
     with warnings.catch_warnings():
         # Feed-forward policies need no InitTracker; TorchRL warns about it regardless.
         warnings.simplefilter("ignore", FutureWarning)
@@ -304,6 +314,8 @@ def run_collector(cfg: Any, proc: Any, policy: torch.nn.Module, updates: int) ->
         plan=proc.threads,
         learner_device=str(proc.device),
         start_version=updates,
+        compile_policy=cfg.compile.policy,
+        cudagraph_policy=cfg.compile.cudagraphs,
     )
     return WatchedCollector(collector, stall_timeout_s=cfg.collector.stall_timeout_s)
 
@@ -326,7 +338,8 @@ class WatchedCollector:
 
     TorchRL's ``MultiSyncCollector`` waits forever for a worker that was killed (found here:
     SIGKILL on a worker mid-run left the learner blocked with no CPU use). A watchdog thread
-    checks the worker processes every second and the time since the last batch; on a failure
+    checks the worker processes every second and how long the current wait for a batch has
+    lasted (not the learner's time between batches); on a failure
     it records the reason and sends SIGUSR1 to the main thread, whose handler raises
     ``CollectorFailure`` there (a blocked wait is interrupted too). ``shutdown`` then kills the
     remaining workers before TorchRL's own shutdown, bounded in time, so nothing is left behind.
@@ -340,7 +353,8 @@ class WatchedCollector:
         # The first batch includes starting the workers and their simulators.
         self.startup_timeout_s = startup_timeout_s or 5 * stall_timeout_s
         self.failure: str | None = None
-        self._last = time.monotonic()
+        self._last = time.monotonic()  # since the wait for the next batch began
+        self._waiting = True  # start-up counts: the first wait begins now
         self._batches = 0
         self._stop = threading.Event()
         self._pids: dict[int, int] = {}  # worker index -> pid, as last seen alive
@@ -358,10 +372,20 @@ class WatchedCollector:
         return list(getattr(self.inner, "procs", []) or [])
 
     def __iter__(self):
+        # Only the time spent waiting for a batch counts: a learner that holds one for longer
+        # than the limit (a first compiled update takes minutes on a CPU) is not a stall.
+        batches = iter(self.inner)
         try:
-            for batch in self.inner:
-                self._batches += 1
+            while True:
                 self._last = time.monotonic()
+                self._waiting = True
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                finally:
+                    self._waiting = False
+                self._batches += 1
                 yield batch
         except (Exception, KeyboardInterrupt) as err:
             # TorchRL may notice the dead worker first, or wrap our exception in its own.
@@ -396,7 +420,7 @@ class WatchedCollector:
         while not self._stop.wait(1.0):
             reason = self._dead_worker()
             limit = self.stall_timeout_s if self._batches else self.startup_timeout_s
-            silent = time.monotonic() - self._last
+            silent = time.monotonic() - self._last if self._waiting else 0.0
             if reason is None and silent > limit:
                 reason = f"the collector produced no batch for {silent:.0f} s (limit {limit:.0f} s)"
             if reason is not None:

@@ -151,6 +151,14 @@ class CompileConfig:
     """Compile the forward pass of each update's loss (trunk, heads and TorchRL loss module as
     one graph; backward and optimizer steps stay eager). Costs minutes of compilation at start
     on a CPU."""
+    policy: bool = False
+    """Compile the acting policy's forward pass in collection (TorchRL's ``compile_policy`` on
+    ``Collector``, ``MultiSyncCollector`` and ``MultiAsyncCollector``: collector kinds sync and
+    async; each worker process compiles its own copy)."""
+    cudagraphs: bool = False
+    """Replay the acting policy's forward pass as a CUDA graph (TorchRL's ``cudagraph_policy``:
+    ``tensordict.nn.CudaGraphModule``); needs the policy on a CUDA device. Not yet run on a GPU
+    here (README, Threads)."""
 
 
 @dataclass

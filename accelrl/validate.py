@@ -142,6 +142,31 @@ def validate_collector_kind(env: EnvConfig, c: CollectorConfig) -> None:
         )
 
 
+def validate_compile(cfg: Any) -> None:
+    """``--compile.policy`` and ``--compile.cudagraphs`` go through TorchRL's collectors (kinds
+    sync and async); CUDA graphs need the acting policy on a GPU."""
+    from accelrl.config import resolve_device
+
+    c = cfg.collector
+    for flag in ("policy", "cudagraphs"):
+        if getattr(cfg.compile, flag) and c.kind not in ("sync", "async"):
+            raise ConfigError(
+                f"compile.{flag}",
+                True,
+                f"wraps the policy of TorchRL's collectors (collector.kind sync or async); "
+                f"collector.kind {c.kind} runs its own inference loop",
+            )
+    if cfg.compile.cudagraphs:
+        policy_device = cfg.device if c.policy_device == "auto" else c.policy_device
+        if not resolve_device(policy_device).startswith("cuda"):
+            raise ConfigError(
+                "compile.cudagraphs",
+                True,
+                f"CUDA graphs need the policy on a GPU, and it runs on "
+                f"{resolve_device(policy_device)} here; drop the flag or use --device cuda",
+            )
+
+
 def validate_common(cfg: Any) -> None:
     """Checks the sections every recipe shares (env, collector, threads, log, top-level)."""
     validate_env(cfg.env)
@@ -171,6 +196,7 @@ def validate_common(cfg: Any) -> None:
     check_positive("collector.max_policy_lag", c.max_policy_lag, zero_ok=True)
     check_positive("collector.stall_timeout_s", c.stall_timeout_s)
     validate_collector_kind(cfg.env, c)
+    validate_compile(cfg)
     rows = rows_per_batch(cfg.env, c)
     if c.steps_per_batch % rows:
         what = (

@@ -10,12 +10,17 @@
 # 2. with the time left (BUDGET_S in all, minus a margin), PPO on Pong until the mean return of
 #    the last 100 episodes reaches 18 (python -m benchmarks.time_to_score; time_to_score.json,
 #    metrics.csv, episodes.csv);
-# 3. SCALING=1 adds the simulators x workers scan (scaling.csv, scaling.png) before step 2.
+# 3. SCALING=1 adds the simulators x workers scan (scaling.csv, scaling.png) before step 2;
+# 4. COMPILE=1 adds PPO's learner speed eager vs --compile.loss vs --compile.policy vs
+#    --compile.cudagraphs next to the plain loop (python -m benchmarks.learner_speed;
+#    compile.txt, compile.json; about 4-5 minutes, so raise BUDGET_S or expect a shorter step 2).
 #
 # Knobs (environment): OUT, DEVICE (cuda), QUICK (0), BUDGET_S (470), SIMS (cores),
-# WORKERS (4), PONG_ENVS (2 x cores), PONG_TARGET (18), PYTHON (.venv/bin/python if present).
-# Every file lands flat in $OUT (at most 8 files): gpu.log, run.txt, run.json,
-# time_to_score.json, metrics.csv, episodes.csv, and with SCALING=1 scaling.csv, scaling.png.
+# WORKERS (4), PONG_ENVS (2 x cores), PONG_TARGET (18), SCALING (0), COMPILE (0),
+# PYTHON (.venv/bin/python if present).
+# Every file lands flat in $OUT (at most 10 files): gpu.log, run.txt, run.json,
+# time_to_score.json, metrics.csv, episodes.csv, with SCALING=1 scaling.csv, scaling.png, and
+# with COMPILE=1 compile.txt, compile.json.
 set -uo pipefail
 
 OUT=$(realpath -m "${OUT:-./gpu_results}")  # relative to the caller's folder
@@ -29,6 +34,7 @@ WORKERS=${WORKERS:-4}
 PONG_ENVS=${PONG_ENVS:-$((2 * CORES))}
 PONG_TARGET=${PONG_TARGET:-18}
 SCALING=${SCALING:-0}
+COMPILE=${COMPILE:-0}
 if [ -z "${PYTHON:-}" ]; then
     if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
@@ -72,6 +78,19 @@ if [ "$SCALING" = 1 ]; then
     say "benchmarks.scaling exit $?"
     cp "$SC_TMP"/scaling.csv "$SC_TMP"/scaling.png "$OUT"/ 2>/dev/null
     rm -rf "$SC_TMP"
+fi
+
+# 4. optional compile comparison (PPO, SpaceInvaders, learner and policy on $DEVICE).
+if [ "$COMPILE" = 1 ]; then
+    CONFIGS=("plain@$CORES" recipe recipe+compile recipe+compile-policy)
+    [[ "$DEVICE" == cuda* ]] && CONFIGS+=(recipe+cudagraphs)
+    BATCHES=6
+    [ "$QUICK" = 1 ] && BATCHES=3
+    say "learner_speed compile comparison: ${CONFIGS[*]}"
+    timeout -k 10 330 "$PYTHON" -m benchmarks.learner_speed --algos ppo --device "$DEVICE" \
+        --batches "$BATCHES" --warmup 2 --only "${CONFIGS[@]}" --json "$OUT/compile.json" \
+        >"$OUT/compile.txt" 2>>"$LOG"
+    say "learner_speed exit $? ($(left)s left)"
 fi
 
 # 2. PPO Pong to a mean return of $PONG_TARGET with the time left.

@@ -7,12 +7,16 @@ Configurations per algorithm (each a fresh process; rounds alternate them):
 - ``recipe`` : the recipe's default thread plan (learner: 1 thread while collecting, every core
   while updating in a synchronous run);
 - ``recipe@1``: ``--threads.torch-threads 1`` (the plan before the update-time switch);
-- ``recipe+compile``: ``--compile.loss`` (idle only: compilation takes minutes on a CPU).
+- ``recipe+compile``: ``--compile.loss`` (idle only: compilation takes minutes on a CPU);
+- ``recipe+compile-policy``: ``--compile.policy`` (Atari, idle only);
+- ``recipe+cudagraphs``: ``--compile.policy --compile.cudagraphs`` (with ``--device cuda``).
 
 Steady state excludes the first ``--warmup`` batches (start-up, allocator warm-up, compilation).
 Ratios are against the best plain configuration of the same condition.
 
     python -m benchmarks.learner_speed [--algos ppo a2c dqn dqn-cartpole] [--batches 8] [--busy]
+    python -m benchmarks.learner_speed --algos ppo --device cuda --only plain@16 recipe \
+        recipe+compile recipe+compile-policy recipe+cudagraphs       # benchmarks/gpu.sh COMPILE=1
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from recipes.{algo}_atari import Config
 cfg = Config()
 cfg.env.game = "{game}"
 {extra}
-recs = plain_{algo}(cfg, {batches}, threads=cores())
+recs = plain_{algo}(cfg, {batches}, threads=cores(), device="{device}")
 print(steady_fps(recs, {warmup}))
 """
 
@@ -87,12 +91,18 @@ def cartpole_fps(plain: bool, threads: int, compile_loss: bool = False) -> float
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def plain_fps(algo: str, threads: int, batches: int, warmup: int) -> float:
+def plain_fps(algo: str, threads: int, batches: int, warmup: int, device: str = "cpu") -> float:
     extra = ""
     if algo == "dqn":
         extra = "cfg.dqn.learning_starts_frames = 0\ncfg.dqn.replay_capacity = 50000"
     code = PLAIN.format(
-        algo=algo, threads=threads, game=GAME, batches=batches, warmup=warmup, extra=extra
+        algo=algo,
+        threads=threads,
+        game=GAME,
+        batches=batches,
+        warmup=warmup,
+        extra=extra,
+        device=device,
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
@@ -100,7 +110,9 @@ def plain_fps(algo: str, threads: int, batches: int, warmup: int) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def recipe_fps(algo: str, flags: list[str], batches: int, warmup: int) -> float:
+def recipe_fps(
+    algo: str, flags: list[str], batches: int, warmup: int, device: str = "cpu"
+) -> float:
     from recipes import a2c_atari, dqn_atari, ppo_atari
 
     cfg = {"ppo": ppo_atari, "a2c": a2c_atari, "dqn": dqn_atari}[algo].Config()
@@ -108,7 +120,7 @@ def recipe_fps(algo: str, flags: list[str], batches: int, warmup: int) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
             sys.executable, f"recipes/{algo}_atari.py", "--env.game", GAME,
-            "--total-frames", str(frames), "--run-dir", f"{tmp}/run",
+            "--total-frames", str(frames), "--run-dir", f"{tmp}/run", "--device", device,
             *QUIET, *RECIPE_ARGS[algo], *flags,
         ]  # fmt: skip
         subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=True)
@@ -134,6 +146,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--busy", action="store_true", help="also next to one busy process")
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--device", default="cpu", help="learner device of both sides")
+    parser.add_argument("--only", nargs="+", help="run only these configurations (names above)")
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args(argv)
     cores = len(os.sched_getaffinity(0))
@@ -152,6 +166,13 @@ def main(argv: list[str] | None = None) -> dict:
             }
             if condition == "idle" and not opts.no_compile:
                 configs["recipe+compile"] = ("recipe", ["--compile.loss"])
+                if algo != "dqn-cartpole":
+                    configs["recipe+compile-policy"] = ("recipe", ["--compile.policy"])
+                    if opts.device.startswith("cuda"):
+                        cuda_graphs = ["--compile.policy", "--compile.cudagraphs"]
+                        configs["recipe+cudagraphs"] = ("recipe", cuda_graphs)
+            if opts.only:
+                configs = {k: v for k, v in configs.items() if k in opts.only}
             rates: dict[str, list[float]] = {name: [] for name in configs}
             for _ in range(opts.rounds):
                 for name, (kind, arg) in configs.items():
@@ -165,15 +186,21 @@ def main(argv: list[str] | None = None) -> dict:
                             compiled = flags == ["--compile.loss"]
                             rates[name].append(cartpole_fps(kind == "plain", threads, compiled))
                         elif kind == "plain":
-                            rates[name].append(plain_fps(algo, int(arg), batches, warmup))
+                            rates[name].append(
+                                plain_fps(algo, int(arg), batches, warmup, opts.device)
+                            )
                         else:
-                            rates[name].append(recipe_fps(algo, list(arg), batches, warmup))
+                            rates[name].append(
+                                recipe_fps(algo, list(arg), batches, warmup, opts.device)
+                            )
                     finally:
                         if hog is not None:
                             hog.kill()
                             hog.wait()
             medians = {name: statistics.median(v) for name, v in rates.items()}
-            best_plain = max(v for k, v in medians.items() if k.startswith("plain"))
+            best_plain = max(
+                (v for k, v in medians.items() if k.startswith("plain")), default=float("nan")
+            )
             env = "CartPole-v1" if algo == "dqn-cartpole" else GAME
             print(f"\n{algo} on {env}, {condition} machine ({cores} cores), frames/s:")
             for name, value in medians.items():

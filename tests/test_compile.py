@@ -1,5 +1,6 @@
-"""``--compile.loss``: the compiled loss gives the eager loss and gradients on a fixed batch, and
-a compiled run checkpoints and resumes like an eager one. Compilation takes tens of seconds per
+"""``--compile.loss``: the compiled loss gives the eager loss and gradients on a fixed batch;
+``--compile.policy``: the compiled acting policy follows weight syncs; a compiled run checkpoints
+and resumes like an eager one. Compilation takes tens of seconds per
 graph on 2 CPU cores, hence slow."""
 
 import copy
@@ -85,7 +86,7 @@ def test_compiled_run_checkpoints_and_resumes(tmp_path):
     cfg.env.game, cfg.env.num_envs = "CartPole-v1", 4
     cfg.collector.steps_per_batch = 128
     cfg.ppo = PPOConfig(epochs=2, minibatches=2)
-    cfg.compile.loss = True
+    cfg.compile.loss = cfg.compile.policy = True
     cfg.log.progress, cfg.log.tensorboard, cfg.log.eval_episodes = False, False, 0
     cfg.log.checkpoint_every_frames = 256
     first = train(cfg)
@@ -93,3 +94,36 @@ def test_compiled_run_checkpoints_and_resumes(tmp_path):
     cfg.total_frames, cfg.resume = 768, True
     resumed = train(cfg)
     assert resumed["frames"] == 768 and resumed["updates"] == 6
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_compiled_policy_acts_with_the_learners_latest_weights(num_workers):
+    """``--compile.policy``: the collector acts through a compiled forward pass, and that pass
+    follows the learner's weights after each sync (a compiled copy holding the first weights
+    would act with the initial policy for the whole run)."""
+    from accelrl.collect import make_collector, plan_threads
+    from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig
+    from accelrl.models import make_actor_critic
+    from tests.test_collect import force_action
+
+    model = make_actor_critic("observation", (4,), 2)
+    collector = make_collector(
+        EnvConfig(game="CartPole-v1", num_envs=4),
+        CollectorConfig(num_workers=num_workers, steps_per_batch=32),
+        model,
+        seed=0,
+        plan=plan_threads(ThreadsConfig(), num_workers),
+        learner_device="cpu",
+        compile_policy=True,
+    )
+    try:
+        assert collector.compiled_policy
+        batches = iter(collector)
+        assert set(next(batches)["action"].unique().tolist()) == {0, 1}
+        for action in (1, 0):
+            force_action(model, action)
+            collector.update_policy_weights_()
+            next(batches)  # a worker may have collected it before the sync
+            assert (next(batches)["action"] == action).all()
+    finally:
+        collector.shutdown()

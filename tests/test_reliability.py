@@ -357,6 +357,23 @@ def test_watchdog_stops_a_silent_collector(batches, limit):
     assert inner.shutdowns == 1
 
 
+def test_watchdog_does_not_count_the_learners_time_with_a_batch():
+    """A first compiled update can take minutes on a CPU: the learner holding a batch for longer
+    than the stall limit is not a silent collector."""
+    from accelrl.collect import WatchedCollector
+
+    inner = GoesSilent(3)
+    watched = WatchedCollector(inner, stall_timeout_s=1.0, startup_timeout_s=1.0)
+    try:
+        batches = iter(watched)
+        for expected in range(3):
+            assert next(batches) == {"batch": expected}
+            time.sleep(2.5)  # the update: longer than the limit
+        assert watched.failure is None
+    finally:
+        watched.shutdown()
+
+
 @pytest.mark.parametrize("policy", ["stop", "skip"])
 def test_nonfinite_gradient_norm_with_a_finite_loss(monkeypatch, policy):
     from accelrl.algos import common
