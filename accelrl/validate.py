@@ -157,13 +157,13 @@ def validate_compile(cfg: Any) -> None:
                 f"collector.kind {c.kind} runs its own inference loop",
             )
     if cfg.compile.cudagraphs:
-        policy_device = cfg.device if c.policy_device == "auto" else c.policy_device
-        if not resolve_device(policy_device).startswith("cuda"):
+        policy_device = resolve_device(cfg.device if c.policy_device == "auto" else c.policy_device)
+        if not policy_device.startswith("cuda"):
             raise ConfigError(
                 "compile.cudagraphs",
                 True,
-                f"CUDA graphs need the policy on a GPU, and it runs on "
-                f"{resolve_device(policy_device)} here; drop the flag or use --device cuda",
+                f"CUDA graphs need the policy on a GPU, and it runs on {policy_device} here; "
+                "drop the flag or use --device cuda",
             )
 
 
