@@ -80,18 +80,22 @@ def test_compiled_dqn_loss_priorities_and_gradients_equal_eager():
 
 
 def test_compiled_run_checkpoints_and_resumes(tmp_path):
+    """A run with a compiled loss checkpoints; its resumption, with the acting policy compiled
+    instead, continues from it (the compile flags hold no state: each may change at a resume).
+    One compiled graph per run: each takes minutes to compile on 2 loaded cores."""
     from recipes.ppo_atari import Config, train
 
     cfg = Config(total_frames=512, run_dir=str(tmp_path / "run"))
     cfg.env.game, cfg.env.num_envs = "CartPole-v1", 4
     cfg.collector.steps_per_batch = 128
     cfg.ppo = PPOConfig(epochs=2, minibatches=2)
-    cfg.compile.loss = cfg.compile.policy = True
+    cfg.compile.loss = True
     cfg.log.progress, cfg.log.tensorboard, cfg.log.eval_episodes = False, False, 0
     cfg.log.checkpoint_every_frames = 256
     first = train(cfg)
     assert first["frames"] == 512 and first["updates"] == 4
     cfg.total_frames, cfg.resume = 768, True
+    cfg.compile.loss, cfg.compile.policy = False, True
     resumed = train(cfg)
     assert resumed["frames"] == 768 and resumed["updates"] == 6
 
