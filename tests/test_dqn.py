@@ -253,7 +253,7 @@ VARIANTS = {
     # loss with the online network's argmax, dueling head, n-step targets; plain loop 374 at
     # lr 1e-3) and rainbow (C51's loss, prioritized replay with importance weights, all the
     # rest; plain loop 453, accelrl 453). The single variants' parity figures (3-step +
-    # prioritized 405 / 380, C51 350 / 341, double + dueling 93 / 95: plain / accelrl) come
+    # prioritized 405 / 380, C51 350 / 341, double + dueling 93 / 98: plain / accelrl) come
     # from ``python -m benchmarks.learning_cartpole`` (README "Does it learn?").
     "double-dueling-nstep": 200,
     "rainbow": 200,
