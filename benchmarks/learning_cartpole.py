@@ -2,6 +2,7 @@
 
     python -m benchmarks.learning_cartpole [--algos ppo a2c dqn double-dueling double-dueling-nstep
         nstep-prioritized c51 rainbow] [--seeds 0 1 2] [--json PATH] [--quick]
+        [--plain-epsilon-per-batch]
 
 For every algorithm and seed, the plain loop (``benchmarks.plain_classic``: gymnasium vector env,
 numpy, PyTorch) and the recipe (``recipes/<algo>_atari.py``'s ``train`` with
@@ -172,8 +173,9 @@ PLAIN_LOOPS = {"dqn": pc.plain_dqn, "ppo": pc.plain_ppo, "a2c": pc.plain_a2c}
 # --- runs -------------------------------------------------------------------------------------
 
 
-def run_plain(algo: str, cfg: Any) -> dict:
-    out = PLAIN_LOOPS[KINDS[algo]](cfg)
+def run_plain(algo: str, cfg: Any, epsilon_per_batch: bool = False) -> dict:
+    loop = PLAIN_LOOPS[KINDS[algo]]
+    out = loop(cfg, epsilon_per_batch=True) if epsilon_per_batch else loop(cfg)
     return {"impl": "plain", **out}
 
 
@@ -232,6 +234,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--eval-episodes", type=int, default=10)
     p.add_argument("--threads", type=int, default=1, help="torch threads for both (default 1)")
     p.add_argument("--quick", action="store_true", help="a tenth of every budget (smoke test)")
+    p.add_argument(
+        "--plain-epsilon-per-batch",
+        action="store_true",
+        help="DQN family: the plain loop sets epsilon once per batch, as the recipe does",
+    )
     p.add_argument("--json", help="write settings, rows and curves here")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -246,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
             settings[algo] = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "seed"}
             for impl in args.impls:
                 if impl == "plain":
-                    out = run_plain(algo, cfg)
+                    out = run_plain(algo, cfg, args.plain_epsilon_per_batch)
                 else:
                     out = run_recipe(algo, cfg)
                     torch.set_num_threads(args.threads)  # the recipe sets its own share

@@ -256,10 +256,11 @@ class Replay:
         self.tree.set(flat, priority**self.s.priority_alpha)
 
 
-def plain_dqn(cfg: DQNRecipeConfig) -> dict:
+def plain_dqn(cfg: DQNRecipeConfig, epsilon_per_batch: bool = False) -> dict:
     """The DQN family with ``cfg``'s settings (``cfg.dqn``, presets already applied by
     ``recipes.dqn_atari.resolve``): ``learning_starts_frames``, ``eps_decay_frames`` and
-    ``total_frames`` count agent steps here."""
+    ``total_frames`` count agent steps here. Epsilon decays every step; with
+    ``epsilon_per_batch`` it is set once per collected batch, as the recipe's collector does."""
     s, seed, num_envs = cfg.dqn, cfg.seed, cfg.env.num_envs
     total_steps, steps_per_batch = cfg.total_frames, cfg.collector.steps_per_batch
     start = time.perf_counter()
@@ -335,8 +336,11 @@ def plain_dqn(cfg: DQNRecipeConfig) -> dict:
     obs, _ = env.reset(seed=seed)
     try:
         while collected < total_steps:
+            batch_start = collected
             for _ in range(steps_per_env):
-                progress = min(1.0, collected / s.eps_decay_frames)
+                progress = min(
+                    1.0, (batch_start if epsilon_per_batch else collected) / s.eps_decay_frames
+                )
                 eps = s.eps_start + progress * (s.eps_end - s.eps_start)
                 with torch.no_grad():
                     greedy = q_values(online, torch.from_numpy(obs)).argmax(-1).numpy()
