@@ -174,9 +174,8 @@ PLAIN_LOOPS = {"dqn": pc.plain_dqn, "ppo": pc.plain_ppo, "a2c": pc.plain_a2c}
 
 
 def run_plain(algo: str, cfg: Any, epsilon_per_batch: bool = False) -> dict:
-    loop = PLAIN_LOOPS[KINDS[algo]]
-    out = loop(cfg, epsilon_per_batch=True) if epsilon_per_batch else loop(cfg)
-    return {"impl": "plain", **out}
+    extra = {"epsilon_per_batch": True} if epsilon_per_batch else {}  # DQN family only
+    return {"impl": "plain", **PLAIN_LOOPS[KINDS[algo]](cfg, **extra)}
 
 
 def run_recipe(algo: str, cfg: Any) -> dict:
@@ -241,6 +240,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--json", help="write settings, rows and curves here")
     args = p.parse_args(argv)
+    not_dqn = [a for a in args.algos if KINDS[a] != "dqn"]
+    if args.plain_epsilon_per_batch and not_dqn:
+        p.error(f"--plain-epsilon-per-batch applies to the DQN family only; drop {not_dqn}")
     torch.set_num_threads(args.threads)
 
     rows: list[dict] = []
