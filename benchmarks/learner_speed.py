@@ -4,6 +4,9 @@ loop's *best* torch thread count, on an idle machine and next to one other busy 
 Configurations per algorithm (each a fresh process; rounds alternate them):
 
 - ``plain@N``: ``benchmarks.plain_loops`` with N torch threads (1 and every core);
+- ``plain@N+ftz``: the same with subnormal floats flushed to zero (``torch.set_flush_denormal``,
+  which the recipes do in ``accelrl.process.flush_denormals``), so the reference is the plain
+  loop at its best of both;
 - ``recipe`` : the recipe's default thread plan (learner: 1 thread while collecting, every core
   while updating in a synchronous run);
 - ``recipe@1``: ``--threads.torch-threads 1`` (the plan before the update-time switch);
@@ -45,6 +48,7 @@ RECIPE_ARGS = {
 PLAIN = """
 import sys, torch
 torch.set_num_threads({threads})
+torch.set_flush_denormal({ftz})
 from benchmarks.plain_loops import plain_{algo}, steady_fps
 from benchmarks.common import cores
 from recipes.{algo}_atari import Config
@@ -66,6 +70,7 @@ cfg = cartpole_config("dqn", 0, eval_episodes=0, run_dir=sys.argv[1], threads={t
 cfg.total_frames = {frames}
 if {plain}:
     torch.set_num_threads({threads})
+    torch.set_flush_denormal({ftz})
     from benchmarks.plain_classic import plain_dqn
     print(cfg.total_frames / plain_dqn(cfg)["seconds"])
 else:
@@ -75,10 +80,11 @@ else:
 """
 
 
-def cartpole_fps(plain: bool, threads: int, compile_loss: bool = False) -> float:
-    """Frames/s of a whole CartPole DQN run (threads 0: the recipe's default plan)."""
+def cartpole_fps(plain: bool, threads: int, compile_loss: bool = False, ftz: bool = False) -> float:
+    """Frames/s of a whole CartPole DQN run (threads 0: the recipe's default plan; ``ftz``:
+    the plain loop flushes subnormals)."""
     code = CARTPOLE.format(
-        threads=threads, frames=CARTPOLE_FRAMES, plain=plain, compile=compile_loss
+        threads=threads, frames=CARTPOLE_FRAMES, plain=plain, compile=compile_loss, ftz=ftz
     )
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(
@@ -91,7 +97,9 @@ def cartpole_fps(plain: bool, threads: int, compile_loss: bool = False) -> float
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def plain_fps(algo: str, threads: int, batches: int, warmup: int, device: str = "cpu") -> float:
+def plain_fps(
+    algo: str, threads: int, batches: int, warmup: int, device: str = "cpu", ftz: bool = False
+) -> float:
     extra = ""
     if algo == "dqn":
         extra = "cfg.dqn.learning_starts_frames = 0\ncfg.dqn.replay_capacity = 50000"
@@ -103,6 +111,7 @@ def plain_fps(algo: str, threads: int, batches: int, warmup: int, device: str = 
         warmup=warmup,
         extra=extra,
         device=device,
+        ftz=ftz,
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True
@@ -159,8 +168,10 @@ def main(argv: list[str] | None = None) -> dict:
         warmup = opts.warmup * (16 if algo == "dqn" else (4 if algo == "a2c" else 1))
         for condition in conditions:
             configs: dict[str, tuple[str, object]] = {
-                "plain@1": ("plain", 1),
-                f"plain@{cores}": ("plain", cores),
+                "plain@1": ("plain", (1, False)),
+                f"plain@{cores}": ("plain", (cores, False)),
+                "plain@1+ftz": ("plain", (1, True)),
+                f"plain@{cores}+ftz": ("plain", (cores, True)),
                 "recipe": ("recipe", []),
                 "recipe@1": ("recipe", ["--threads.torch-threads", "1"]),
             }
@@ -180,14 +191,17 @@ def main(argv: list[str] | None = None) -> dict:
                     try:
                         if algo == "dqn-cartpole":
                             flags = list(arg) if kind == "recipe" else []
-                            threads = int(arg) if kind == "plain" else 0
+                            threads, ftz = arg if kind == "plain" else (0, False)
                             if flags == ["--threads.torch-threads", "1"]:
                                 threads = 1
                             compiled = flags == ["--compile.loss"]
-                            rates[name].append(cartpole_fps(kind == "plain", threads, compiled))
-                        elif kind == "plain":
                             rates[name].append(
-                                plain_fps(algo, int(arg), batches, warmup, opts.device)
+                                cartpole_fps(kind == "plain", threads, compiled, ftz)
+                            )
+                        elif kind == "plain":
+                            threads, ftz = arg
+                            rates[name].append(
+                                plain_fps(algo, threads, batches, warmup, opts.device, ftz)
                             )
                         else:
                             rates[name].append(

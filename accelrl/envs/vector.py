@@ -98,8 +98,8 @@ class SameStepVectorEnv(EnvBase):
         self._started = False
 
     def _pack(self, values: dict[str, torch.Tensor]) -> TensorDict:
-        # No per-key validation (see accelrl.compat): shapes hold by construction.
-        return new_tensordict_unchecked(values, self.batch_size)
+        # No per-key validation (see accelrl.compat): shapes and device hold by construction.
+        return new_tensordict_unchecked(values, self.batch_size, self.device)
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         mask = None if tensordict is None else tensordict.get("_reset", None)
