@@ -232,7 +232,8 @@ def test_dqn_learns_cartpole_as_well_as_the_plain_loop(tmp_path, capsys):
     Adam kernel instead of its foreach one) moved seed 0's last-100 from 231 to 67 and seeds
     1-2 from 281 / 278 to 264 / 264. Over seeds 0-5 the plain loop (benchmarks.plain_classic)
     ended at 243-330 (mean 270), and at 62-299 (mean 206) with the recipe's per-batch epsilon;
-    accelrl at 67-264 (mean 207; README "Does it learn?"). Before the ReLU Q-network the recipe
+    accelrl at 67-264 (mean 207), and with subnormals flushed (accelrl.process) at 98-270 (mean
+    212; seeds 0-2: 206 / 262 / 270, README "Does it learn?"). Before the ReLU Q-network the recipe
     ended at 70 / 76 on seeds 0 / 1 and never passed ~155; with a target network that never
     refreshes it ends at 11-17. So: the mean over seeds at least 150, one seed at least 200,
     and one greedy evaluation at 500."""
@@ -254,7 +255,7 @@ VARIANTS = {
     # host, so two variants cover the other paths: double + dueling + 3-step (expected-value
     # loss with the online network's argmax, dueling head, n-step targets; plain loop 374 at
     # lr 1e-3) and rainbow (C51's loss, prioritized replay with importance weights, all the
-    # rest; plain loop 453, accelrl 453). The single variants' parity figures (3-step +
+    # rest; plain loop 453, accelrl 443). The single variants' parity figures (3-step +
     # prioritized 405 / 380, C51 350 / 341, double + dueling 93 / 98: plain / accelrl) come
     # from ``python -m benchmarks.learning_cartpole`` (README "Does it learn?").
     "double-dueling-nstep": 200,
