@@ -156,8 +156,8 @@ class FrameReplay:
         self._ahead = np.arange(n_step)  # offsets of an n-step window
         self._back = np.arange(stack - 1, -1, -1)  # offsets of a frame stack's frames
         # gamma ** k for k = 0..n, float32 (k = 0 never occurs: a sample spans >= 1 step)
-        self._gamma_pows = torch.pow(gamma, torch.arange(n_step + 1, dtype=torch.float64)).float()
-        self._gamma_pows = self._gamma_pows.numpy()
+        pows = torch.pow(gamma, torch.arange(n_step + 1, dtype=torch.float64))
+        self._gamma_pows = pows.float().numpy()
         self._discounts = torch.tensor([gamma**i for i in range(n_step)], dtype=torch.float32)
         self._frame_shape = self.obs_shape[1:] if stack > 1 else self.obs_shape
         self._dir = None if storage_dir is None else Path(storage_dir)
