@@ -14,7 +14,12 @@ Configurations per algorithm (each a fresh process; rounds alternate them):
 - ``recipe+compile-policy``: ``--compile.policy`` (Atari, idle only);
 - ``recipe+cudagraphs``: ``--compile.policy --compile.cudagraphs`` (with ``--device cuda``).
 
-Steady state excludes the first ``--warmup`` batches (start-up, allocator warm-up, compilation).
+Steady state excludes the first ``--warmup`` batches (start-up, allocator warm-up, compilation);
+for the recipes it also excludes their first thread probe (``accelrl.collect.UpdateThreads``:
+after one warm-up update, ``2 x probes`` updates alternate between 1 thread and every core, half of
+them at the slower count), which a run repeats only every ``probe_every`` (500) updates: at most
+``probes / probe_every`` (0.4%) of a long run's updates, each at most ~3.5x slower (measured). The
+recipe then runs that many more batches, so both sides average the same number of updates.
 Ratios are against the best plain configuration of the same condition.
 
     python -m benchmarks.learner_speed [--algos ppo a2c dqn dqn-cartpole] [--batches 8] [--busy]
@@ -119,10 +124,23 @@ def plain_fps(
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def probe_window() -> int:
+    """Updates before a recipe's thread plan settles: the warm-up update and the first probe."""
+    from accelrl.collect import ThreadPlan, UpdateThreads
+
+    probe = UpdateThreads(ThreadPlan(2, 1, 1, 1, update_torch=2))
+    return 1 + probe.probes * len(probe.candidates)
+
+
 def recipe_fps(
     algo: str, flags: list[str], batches: int, warmup: int, device: str = "cpu"
 ) -> float:
+    """Steady frames/s over ``batches - warmup`` updates after the warm-up and the first thread
+    probe (see the module docstring)."""
     from recipes import a2c_atari, dqn_atari, ppo_atari
+
+    skip = max(0, probe_window() - warmup)
+    batches, warmup = batches + skip, warmup + skip
 
     cfg = {"ppo": ppo_atari, "a2c": a2c_atari, "dqn": dqn_atari}[algo].Config()
     frames = batches * cfg.collector.steps_per_batch * cfg.env.frameskip

@@ -1,13 +1,16 @@
-"""Policy forward with accelrl's direct-write TensorDict modules vs plain ``TensorDictModule``.
+"""Policy forward: accelrl's acting module, its direct-write TensorDict modules, and plain
+``TensorDictModule``.
 
     python -m benchmarks.module_write [--seconds 2] [--rounds 7] [--no-collector]
 
 ``TensorDictModule`` passes each output through ``TensorDict.from_any``, which looks pandas up
 on ``sys.path`` on every call (tensordict 0.14); accelrl's actor-critic modules write their
-tensors directly (``accelrl.models._DirectWrite``). Both variants are the same network with the
-same weights; rounds alternate and the ratio is the median of per-round ratios. The second
-table runs two in-process Pong collectors (8 simulators, 64 steps per batch), one with each
-variant, in alternating rounds.
+tensors directly (``accelrl.models._DirectWrite``). The learners collect with
+``accelrl.models.acting_policy``: trunk, heads and the action draw in one module instead of the
+``ActorValueOperator``'s seven nested TensorDict modules. All variants are the same network with
+the same weights and draw the same actions; rounds alternate and each ratio is the median of
+per-round ratios. The second table runs three in-process Pong collectors (8 simulators, 64 steps
+per batch), one with each variant, in alternating rounds.
 """
 
 from __future__ import annotations
@@ -20,9 +23,15 @@ import time
 import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import ValueOperator
 
-from accelrl.models import DirectTensorDictModule, DirectValueOperator, make_actor_critic
+from accelrl.models import (
+    DirectTensorDictModule,
+    DirectValueOperator,
+    acting_policy,
+    make_actor_critic,
+)
 from benchmarks.common import median, median_ratio, print_table, run_rounds, time_steps
 
 
@@ -75,24 +84,40 @@ def main(argv: list[str] | None = None) -> None:
 
             return run
 
-        with torch.no_grad():  # same outputs from both paths
-            torch.manual_seed(0)
-            a = model(td.clone(False))
-            torch.manual_seed(0)
-            b = plain(td.clone(False))
-        assert all(torch.equal(a[k], b[k]) for k in ("action", "state_value", "logits"))
+        acting = acting_policy(model)
+        with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):  # same draws
+            outs = []
+            for variant in (model, plain, acting):
+                torch.manual_seed(0)
+                outs.append(variant(td.clone(False)))
+        keys = ("action", "action_log_prob", "state_value")
+        assert all(torch.equal(o[k], outs[0][k]) for o in outs for k in keys)
         rates = run_rounds(
-            {"direct": segment(model), "plain": segment(plain)}, args.rounds, args.seconds
+            {"acting": segment(acting), "direct": segment(model), "plain": segment(plain)},
+            args.rounds,
+            args.seconds,
         )
         rows.append(
             [
                 name,
+                f"{1e6 / median(rates['acting']):.0f}",
                 f"{1e6 / median(rates['direct']):.0f}",
                 f"{1e6 / median(rates['plain']):.0f}",
+                f"{median_ratio(rates['acting'], rates['direct']):.3f}",
                 f"{median_ratio(rates['direct'], rates['plain']):.3f}",
             ]
         )
-    print_table(["forward", "direct us", "TensorDictModule us", "speed ratio"], rows)
+    print_table(
+        [
+            "forward",
+            "acting us",
+            "direct us",
+            "TensorDictModule us",
+            "acting/direct speed",
+            "direct/plain speed",
+        ],
+        rows,
+    )
     if args.collector:
         collector_ab(args.rounds, 2 * args.seconds)
 
@@ -103,8 +128,9 @@ def collector_ab(rounds: int, seconds: float) -> None:
     from benchmarks.collector_throughput import collector_segment, make_policy
 
     policy = make_policy(6)
+    variants = {"acting": acting_policy(policy), "direct": policy, "plain": plain_copy(policy)}
     collectors, segments = {}, {}
-    for seed, (name, variant) in enumerate({"direct": policy, "plain": plain_copy(policy)}.items()):
+    for seed, (name, variant) in enumerate(variants.items()):
         collectors[name] = make_collector(
             EnvConfig(game="Pong", num_envs=8),
             CollectorConfig(num_workers=0, steps_per_batch=8 * 64),
@@ -123,12 +149,21 @@ def collector_ab(rounds: int, seconds: float) -> None:
         for c in collectors.values():
             c.shutdown()
     print_table(
-        ["in-process Pong collector, 8 simulators", "direct steps/s", "plain steps/s", "ratio"],
+        [
+            "in-process Pong collector, 8 simulators",
+            "acting steps/s",
+            "direct steps/s",
+            "plain steps/s",
+            "acting/direct",
+            "direct/plain",
+        ],
         [
             [
                 "Nature CNN policy",
+                f"{median(rates['acting']):,.0f}",
                 f"{median(rates['direct']):,.0f}",
                 f"{median(rates['plain']):,.0f}",
+                f"{median_ratio(rates['acting'], rates['direct']):.3f}",
                 f"{median_ratio(rates['direct'], rates['plain']):.3f}",
             ]
         ],

@@ -76,7 +76,7 @@ def train(cfg: Config) -> dict:
         # (the other --collector.kind choices: accelrl.collect.make_collector). One batched
         # forward pass acts for all simulators and records the state values the returns need.
         lag = PolicyLag(cfg.collector, progress.updates, proc.device)  # async kinds only
-        collector = run_collector(cfg, proc, lag.acting(a2c.policy), progress.updates)
+        collector = run_collector(cfg, proc, lag.acting(a2c.collect_policy), progress.updates)
         evaluation_due = Every(cfg.log.eval_every_frames, progress.frames)
         video_due = Every(cfg.log.video_every_frames, progress.frames)
         checkpoint_due = Every(cfg.log.checkpoint_every_frames, progress.frames)

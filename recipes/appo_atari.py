@@ -81,7 +81,7 @@ def train(cfg: Config) -> dict:
         # is ready while the others keep stepping. Every step is stamped with the version
         # (update count) of the weights that took it.
         lag = PolicyLag(cfg.collector, progress.updates, proc.device)
-        collector = run_collector(cfg, proc, lag.acting(appo.policy), progress.updates)
+        collector = run_collector(cfg, proc, lag.acting(appo.collect_policy), progress.updates)
         evaluation_due = Every(cfg.log.eval_every_frames, progress.frames)
         video_due = Every(cfg.log.video_every_frames, progress.frames)
         checkpoint_due = Every(cfg.log.checkpoint_every_frames, progress.frames)

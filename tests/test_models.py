@@ -86,3 +86,37 @@ def test_direct_write_modules_give_the_same_outputs_as_tensordict_modules(obs_ke
     assert set(ours.keys()) == set(theirs.keys())
     for key in theirs.keys():
         assert torch.equal(ours[key], theirs[key]), key
+
+
+@pytest.mark.parametrize("obs_key,shape", [("pixels", (4, 84, 84)), ("observation", (4,))])
+def test_acting_policy_draws_what_the_actor_critic_draws(obs_key, shape):
+    # Learners collect with acting_policy (one module) instead of the ActorValueOperator: the
+    # same weights must give the same actions (same random stream), log-probs and values, and
+    # the most likely action outside a collector's RANDOM exploration, as TorchRL's actor.
+    from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+    from accelrl.models import acting_policy
+
+    model = make_actor_critic(obs_key, shape, 5)
+    last = [m for m in model.get_policy_head().modules() if isinstance(m, torch.nn.Linear)][-1]
+    with torch.no_grad():  # logits spread enough for a draw to differ from the argmax
+        last.weight.mul_(300.0)
+    acting = acting_policy(model)
+    assert {id(p) for p in acting.parameters()} == {id(p) for p in model.parameters()}
+    if obs_key == "pixels":
+        obs = torch.randint(0, 255, (64, *shape), dtype=torch.uint8)
+    else:
+        obs = torch.randn(64, *shape)
+    td = TensorDict({obs_key: obs}, [64])
+    keys = ("action", "action_log_prob", "state_value")
+    for mode in (ExplorationType.RANDOM, ExplorationType.DETERMINISTIC, None):
+        with torch.no_grad(), set_exploration_type(mode):
+            torch.manual_seed(1)
+            ours = acting(td.clone())
+            torch.manual_seed(1)
+            theirs = model(td.clone())
+        for key in keys:
+            assert torch.equal(ours[key], theirs[key]), (mode, key)
+    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+        drawn = acting(td.clone())["action"]
+    assert not torch.equal(drawn, ours["action"]), "a draw should differ from the argmax"

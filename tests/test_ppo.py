@@ -83,6 +83,24 @@ def test_update_changes_weights_and_reports_every_metric():
     assert all(changed), "every parameter (trunk included) must receive gradients"
 
 
+def test_minibatches_carry_only_what_the_loss_reads():
+    # The next observations (as large as the observations: uint8 frames on Atari) are not
+    # read by the loss once advantages are computed; gathering them doubled each copy.
+    model, batch = cartpole_rollout(64)
+    ppo = PPO(model, PPOConfig(minibatches=4, epochs=1), torch.device("cpu"))
+    seen, objective = [], ppo.objective
+
+    def spy(minibatch):
+        seen.append(set(minibatch.keys(True, True)))
+        return objective(minibatch)
+
+    ppo.objective = spy
+    ppo.update(batch, progress=0.0)
+    assert len(seen) == 4
+    expected = {"observation", "action", "action_log_prob", "advantage", "value_target"}
+    assert all(keys == expected | {"state_value"} for keys in seen), seen[0]
+
+
 CARTPOLE_PPO = dict(
     lr=1e-3,
     clip_epsilon=0.2,

@@ -10,6 +10,7 @@ from torchrl.objectives.value import GAE
 
 from accelrl import distributed
 from accelrl.distributed import average_gradients
+from accelrl.models import acting_policy
 
 
 def mark_boundaries(batch: TensorDictBase, life_loss: bool) -> None:
@@ -171,9 +172,10 @@ def loss_metrics(out: TensorDictBase, total: torch.Tensor) -> dict[str, torch.Te
 class ActorCriticLearner:
     """What PPO and A2C share: the actor-critic's parts, the return estimator, checkpoint state.
 
-    Collect with ``self.policy`` (the whole actor-critic: action, log-prob and state value in
-    one trunk pass); ``self.actor`` is the policy alone (evaluation). Subclasses build
-    ``self.loss`` over the policy and value *heads* and ``self.optimizer`` over ``self.params``.
+    Collect with ``self.collect_policy`` (action, log-prob and state value in one trunk pass);
+    ``self.policy`` is the whole actor-critic, ``self.actor`` the policy alone (evaluation).
+    Subclasses build ``self.loss`` over the policy and value *heads* and ``self.optimizer`` over
+    ``self.params``.
     """
 
     loss: torch.nn.Module
@@ -195,6 +197,9 @@ class ActorCriticLearner:
         # the loss module as one torch.compile graph; backward and optimizer step stay eager.
         self.objective = torch.compile(self._objective) if compile_loss else self._objective
         self.policy = model
+        # Collectors act with this: the same parameters and draws in one module (see
+        # ``acting_policy``); the ``ActorValueOperator`` itself evaluates and exports.
+        self.collect_policy = acting_policy(model)
         self.actor = model.get_policy_operator()
         self.critic = model.get_value_operator()
         # Losses get the heads; updates run the shared trunk once per minibatch (writing

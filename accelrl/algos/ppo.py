@@ -160,6 +160,17 @@ class PPO(ActorCriticLearner):
             device=self.device,
             life_loss=self.cfg.life_loss_boundary,
         )
+        # Minibatches gather only what the loss reads: the next observations alone (uint8 frames,
+        # as large as the observations) doubled the bytes each gather copied.
+        keys = self.loss.tensor_keys
+        flat = flat.select(
+            *self.trunk.in_keys,
+            keys.action,
+            keys.sample_log_prob,
+            keys.advantage,
+            keys.value_target,
+            keys.value,
+        )
         n = flat.numel()
         size = n // self.cfg.minibatches
         sums: dict[str, torch.Tensor] = {}
