@@ -45,10 +45,8 @@ class ThreadPlan:
     """Threads for each role; every process calls ``torch.set_num_threads`` with its share.
 
     ``learner_torch`` is the learner process's count while it collects (in-process inference
-    next to the simulators' C++ threads); ``update_torch`` the most it may use while it updates,
-    ``collect_torch`` the most while it collects in-process and synchronously (the simulators
-    wait for its actions); ``UpdateThreads`` picks between each and ``learner_torch`` by
-    measurement. 0: ``learner_torch``.
+    next to the simulators' C++ threads); ``update_torch`` the most it may use while it updates
+    (``UpdateThreads`` picks between the two by measurement).
     """
 
     cores: int
@@ -56,25 +54,20 @@ class ThreadPlan:
     worker_torch: int
     sim_threads: int
     update_torch: int = 0
-    collect_torch: int = 0
 
     def describe(self) -> str:
-        def measured(most: int) -> int | str:
-            if most > self.learner_torch:
-                return f"{self.learner_torch} or {most}, measured"
-            return self.learner_torch
-
+        updates = self.learner_torch
+        if self.update_torch > self.learner_torch:
+            updates = f"{self.learner_torch} or {self.update_torch}, measured"
         return (
-            f"threads: {self.cores} cores; learner torch: collecting "
-            f"{measured(self.collect_torch)}, updating {measured(self.update_torch)}; "
-            f"collector-worker torch={self.worker_torch}, simulator threads per "
-            f"env={self.sim_threads}"
+            f"threads: {self.cores} cores; learner torch={self.learner_torch} "
+            f"(updates: {updates}), collector-worker torch={self.worker_torch}, simulator "
+            f"threads per env={self.sim_threads}"
         )
 
 
 class UpdateThreads:
-    """Torch threads for the learner's updates and its in-process collection, chosen by
-    measurement.
+    """Torch threads for the learner's updates, chosen by measurement.
 
     In a synchronous run the simulators wait while the learner updates, so the update may use
     every core; but next to another busy process more threads are slower (measured on 2 cores,
@@ -82,104 +75,58 @@ class UpdateThreads:
     busy process). So the first updates alternate between the candidates (``learner_torch`` and
     ``update_torch``), the one with the lower median time per unit of work wins, and every
     ``probe_every`` updates the probe runs again in case the machine's load changed.
-
-    Collection in the learner process (``collect_torch`` > ``learner_torch``: a synchronous
-    collector without workers) is probed the same way: the time from the end of one update to
-    the start of the next (collecting one batch, logging it) is measured with the count set at
-    that update's end. The simulators' C++ threads step while inference waits and the other way
-    round, so inference may use every core too, unless another process needs them.
     """
 
     def __init__(self, plan: ThreadPlan, probes: int = 2, probe_every: int = 500) -> None:
+        self.collect = plan.learner_torch
         self.candidates = sorted({plan.learner_torch, plan.update_torch or plan.learner_torch})
-        self.collect_candidates = sorted(
-            {plan.learner_torch, plan.collect_torch or plan.learner_torch}
-        )
         self.probes, self.probe_every = probes, probe_every
         self.choice = self.candidates[-1]
-        self.collect = plan.learner_torch
-        """Threads while collecting (outside probes)."""
         self.count = 0
         self._times: dict[int, list[float]] = {c: [] for c in self.candidates}
-        self._collect_times: dict[int, list[float]] = {c: [] for c in self.collect_candidates}
-        self._collecting: tuple[int, bool, float] | None = None
-
-    def _pick(self, candidates: list[int], step: int, choice: int) -> tuple[int, bool]:
-        """(threads, whether it is a probe) at ``step`` of the probe cycle."""
-        if len(candidates) == 1:
-            return choice, False
-        # Step 0 warms up (allocations, first-call overheads); then one probe window.
-        if 1 <= step <= self.probes * len(candidates):
-            return candidates[(step - 1) % len(candidates)], True
-        return choice, False
 
     def _next(self) -> tuple[int, bool]:
         """(threads for this update, whether it is a probe)."""
-        return self._pick(self.candidates, self.count % self.probe_every, self.choice)
+        if len(self.candidates) == 1:
+            return self.choice, False
+        # Update 0 warms up (allocations, first-call overheads); then one probe window.
+        step = self.count % self.probe_every
+        window = self.probes * len(self.candidates)
+        if 1 <= step <= window:
+            return self.candidates[(step - 1) % len(self.candidates)], True
+        return self.choice, False
 
     @contextlib.contextmanager
     def __call__(self, units: float = 1.0) -> Iterator[None]:
         """Around one update (``units``: its amount of work, e.g. gradient steps)."""
-        start = time.perf_counter()
-        if self._collecting is not None:  # the collection since the last update ended
-            threads, probe, began = self._collecting
-            self._collecting = None
-            self._measure(self._collect_times, threads, probe, start - began, collect=True)
         threads, probe = self._next()
-        _set_threads(threads)
+        if threads != self.collect:
+            torch.set_num_threads(threads)
         start = time.perf_counter()
         try:
             yield
         finally:
             elapsed = time.perf_counter() - start
+            if threads != self.collect:
+                torch.set_num_threads(self.collect)
             self._record(threads, probe, elapsed / units if units > 0 else None)
-            # The collection that follows: probed after the same updates, keyed to this one.
-            threads, probe = self._pick(
-                self.collect_candidates, (self.count - 1) % self.probe_every, self.collect
-            )
-            _set_threads(threads)
-            self._collecting = (threads, probe, time.perf_counter())
 
     def _record(self, threads: int, probe: bool, per_unit: float | None) -> None:
         self.count += 1
-        self._measure(self._times, threads, probe, per_unit, collect=False)
-
-    def _measure(
-        self,
-        times: dict[int, list[float]],
-        threads: int,
-        probe: bool,
-        per_unit: float | None,
-        *,
-        collect: bool,
-    ) -> None:
         if not probe or per_unit is None:  # no work done (e.g. no DQN step due): no timing
             return
-        times[threads].append(per_unit)
-        if not all(len(t) >= self.probes for t in times.values()):
-            return
-        medians = {c: sorted(t)[len(t) // 2] for c, t in times.items()}
-        choice = min(medians, key=medians.get)
-        old = self.collect if collect else self.choice
-        if choice != old:
-            log.info(
-                "%s: %d torch thread(s) (measured %s s per %s)",
-                "collection" if collect else "updates",
-                choice,
-                ", ".join(f"{c}: {m:.4f}" for c, m in medians.items()),
-                "batch" if collect else "unit of work",
-            )
-        for t in times.values():
-            t.clear()
-        if collect:
-            self.collect = choice
-        else:
+        self._times[threads].append(per_unit)
+        if all(len(t) >= self.probes for t in self._times.values()):
+            medians = {c: sorted(t)[len(t) // 2] for c, t in self._times.items()}
+            choice = min(medians, key=medians.get)
+            if choice != self.choice:
+                log.info(
+                    "updates: %d torch thread(s) (measured %s s per unit of work)",
+                    choice,
+                    ", ".join(f"{c}: {m:.4f}" for c, m in medians.items()),
+                )
             self.choice = choice
-
-
-def _set_threads(threads: int) -> None:
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
+            self._times = {c: [] for c in self.candidates}
 
 
 def plan_threads(
@@ -188,7 +135,6 @@ def plan_threads(
     cores: int | None = None,
     *,
     overlapped: bool = False,
-    inference_waits: bool = False,
 ) -> ThreadPlan:
     """Derive thread counts from the core count unless set explicitly.
 
@@ -199,17 +145,14 @@ def plan_threads(
     among the workers. In a synchronous run (``overlapped`` False) the simulators and workers
     wait while the learner updates, so updates get every core (``update_torch``); when
     collection overlaps the updates (async or batched collectors, a replay feeder thread) they
-    keep the learner's share. ``inference_waits``: the learner acts for its simulators itself
-    and they wait for it (a synchronous collector without workers), so its inference may use
-    every core too (``collect_torch``). ``--threads.torch-threads`` fixes every torch count.
+    keep the learner's share. ``--threads.torch-threads`` fixes every torch count.
     """
     cores = cores or cpu_count()
     learner = threads.torch_threads or (1 if cores <= 4 else max(1, cores // 4))
     worker = threads.torch_threads or 1
     sim = threads.sim_threads or max(1, cores // max(1, num_workers))
     update = threads.torch_threads or (learner if overlapped else cores)
-    collect = threads.torch_threads or (cores if inference_waits and not overlapped else learner)
-    return ThreadPlan(cores, learner, worker, sim, update, collect)
+    return ThreadPlan(cores, learner, worker, sim, update)
 
 
 def core_shortfall(cores: int, env_cfg: EnvConfig, cfg: CollectorConfig) -> str | None:

@@ -131,7 +131,6 @@ def setup_process(cfg: Any, *, overlapped: bool = False) -> Process:
         cfg.collector.num_workers,
         cores=cores_per_rank(dist),
         overlapped=overlapped or cfg.collector.kind in ("async", "batched"),
-        inference_waits=cfg.collector.kind == "sync" and cfg.collector.num_workers == 0,
     )
     torch.set_num_threads(threads.learner_torch)
     flush_denormals()

@@ -10,18 +10,17 @@ Configurations per algorithm (each a fresh process; rounds alternate them):
 - ``recipe`` : the recipe's default thread plan (learner: 1 thread while collecting, every core
   while updating in a synchronous run);
 - ``recipe@1``: ``--threads.torch-threads 1`` (the plan before the update-time switch);
-- ``recipe@N``: ``--threads.torch-threads N`` with N every core: collection's inference too;
+- ``recipe@N``: ``--threads.torch-threads N`` with N every core (collection's inference too);
 - ``recipe+compile``: ``--compile.loss`` (idle only: compilation takes minutes on a CPU);
 - ``recipe+compile-policy``: ``--compile.policy`` (Atari, idle only);
 - ``recipe+cudagraphs``: ``--compile.policy --compile.cudagraphs`` (with ``--device cuda``).
 
 Steady state excludes the first ``--warmup`` batches (start-up, allocator warm-up, compilation);
 for the recipes it also excludes their first thread probe (``accelrl.collect.UpdateThreads``:
-after one warm-up update, ``2 x probes`` updates, and the collections after them, alternate
-between 1 thread and every core, half of them at the slower count), which a run repeats only
-every ``probe_every`` (500) updates: at most ``probes / probe_every`` (0.4%) of a long run's
-updates and collections, each at most ~3.5x slower (measured). The recipe then runs that many
-more batches, so both sides average the same number of updates.
+after one warm-up update, ``2 x probes`` updates alternate between 1 thread and every core, half of
+them at the slower count), which a run repeats only every ``probe_every`` (500) updates: at most
+``probes / probe_every`` (0.4%) of a long run's updates, each at most ~3.5x slower (measured). The
+recipe then runs that many more batches, so both sides average the same number of updates.
 Ratios are against the best plain configuration of the same condition.
 
     python -m benchmarks.learner_speed [--algos ppo a2c dqn dqn-cartpole] [--batches 8] [--busy]
@@ -127,12 +126,11 @@ def plain_fps(
 
 
 def probe_window() -> int:
-    """Batches before a recipe's thread plan settles: the warm-up update, the first probe
-    window's updates, and the collection after its last update (collections are probed too)."""
+    """Updates before a recipe's thread plan settles: the warm-up update and the first probe."""
     from accelrl.collect import ThreadPlan, UpdateThreads
 
-    probe = UpdateThreads(ThreadPlan(2, 1, 1, 1, update_torch=2, collect_torch=2))
-    return 2 + probe.probes * len(probe.candidates)
+    probe = UpdateThreads(ThreadPlan(2, 1, 1, 1, update_torch=2))
+    return 1 + probe.probes * len(probe.candidates)
 
 
 def recipe_fps(

@@ -95,42 +95,6 @@ def test_update_threads_follow_the_measurement(faster):
         torch.set_num_threads(before)
 
 
-def test_in_process_inference_may_use_every_core_when_the_simulators_wait():
-    """A synchronous collector without workers: the simulators wait for the learner's actions,
-    so its inference may use every core (measured against its share, as updates are)."""
-    sync = plan_threads(ThreadsConfig(), 0, cores=2, inference_waits=True)
-    assert (sync.learner_torch, sync.collect_torch) == (1, 2)
-    assert UpdateThreads(sync).collect_candidates == [1, 2]
-    assert plan_threads(ThreadsConfig(), 0, cores=2).collect_torch == 1  # workers, async, ...
-    overlapped = plan_threads(ThreadsConfig(), 0, cores=2, overlapped=True, inference_waits=True)
-    assert overlapped.collect_torch == 1
-    fixed = plan_threads(ThreadsConfig(torch_threads=3), 0, cores=64, inference_waits=True)
-    assert UpdateThreads(fixed).collect_candidates == [3]
-
-
-@pytest.mark.parametrize("faster", [1, 2])
-def test_collection_threads_follow_the_measurement(faster):
-    """Between updates (collection), the first window alternates 1 and 2 threads and keeps the
-    count under which the time from one update's end to the next update's start was lower."""
-    plan = plan_threads(ThreadsConfig(), num_workers=0, cores=2, inference_waits=True)
-    chooser = UpdateThreads(plan, probes=2, probe_every=20)
-    before = torch.get_num_threads()
-    collecting = []
-    try:
-        torch.set_num_threads(plan.learner_torch)
-        for _ in range(10):
-            with chooser():
-                time.sleep(0.002)
-            threads = torch.get_num_threads()
-            collecting.append(threads)
-            time.sleep(0.004 * (1 if threads == faster else 3))
-        assert sorted(set(collecting[1:5])) == [1, 2], collecting  # the window tried both
-        assert chooser.collect == faster and collecting[5:] == [faster] * 5
-        assert chooser.choice in (1, 2)  # updates are measured independently
-    finally:
-        torch.set_num_threads(before)
-
-
 def force_action(model, action: int) -> None:
     head = model.get_policy_head().module[0].module[-1]
     with torch.no_grad():
