@@ -219,6 +219,10 @@ class FrameReplay:
         self._store = TensorStorage(self._entries)
         # The columns as plain tensors: a TensorDict lookup per read costs more than the read.
         self._cols = dict(self._entries.items())
+        # ... and the per-step scalars as NumPy arrays over the same memory (RAM or memmap):
+        # a NumPy gather of a few hundred elements costs ~1 us where torch.index_select costs
+        # ~10 (``benchmarks/replay_sample.py``).
+        self._np = {k: v.numpy() for k, v in self._cols.items() if k != "frame"}
         self._action_shape = tuple(self._entries["action"].shape[1:])
         self._frame_rows = _rows(self._entries["frame"], size)  # a view: writes go to storage
 
@@ -371,10 +375,6 @@ class FrameReplay:
         """Transitions that can be sampled now."""
         return self._num_valid
 
-    def _get(self, key: str, slots: torch.Tensor) -> torch.Tensor:
-        # index_select skips MemoryMappedTensor.__getitem__'s per-call overhead.
-        return torch.index_select(self._cols[key], 0, slots)
-
     def _stacks(self, env: np.ndarray, end: np.ndarray) -> torch.Tensor:
         """Observations ``[B, *obs_shape]`` rebuilt from the entries ending at ``end``."""
         dtype = self._cols["frame"].dtype
@@ -384,7 +384,7 @@ class FrameReplay:
         back = self._back  # oldest frame first, as the env stacks
         slots = self._slots(env[:, None], end[:, None] - back).reshape(-1)
         out = torch.index_select(self._frame_rows, 0, torch.from_numpy(slots))
-        epos = self._get("epos", torch.from_numpy(self._slots(env, end))).numpy()
+        epos = self._np["epos"][self._slots(env, end)]
         # Frames from before the episode start are zeros, as the env pads its first stacks
         # (index_fill_ on the few such frames; a broadcast masked_fill_ costs a full pass).
         before_start = np.flatnonzero(back > epos[:, None])
@@ -412,33 +412,39 @@ class FrameReplay:
         if beta is not None:
             self._sampler.beta = beta
         slot, info = self._sampler.sample(self._store, batch_size)
-        # Index arithmetic on B-element arrays runs in NumPy (about a microsecond an operation,
-        # a few for torch's); only the gathers and the reward sums use torch.
+        # Index arithmetic and the per-step columns run in NumPy (about a microsecond an
+        # operation, ~10 for torch's); the frame gathers use torch.
         slot = torch.as_tensor(slot, dtype=torch.int64).numpy()
         env, pos = np.divmod(slot, self.ring)
         last = self._written.numpy()[env] - 1
         entry = last - (last - pos) % self.ring
-
-        # The n steps from each sampled entry, read in one gather per column ([B, n]); step i
-        # counts while no boundary came before it.
-        window = torch.from_numpy(self._slots(env[:, None], entry[:, None] + self._ahead).ravel())
-        stop = self._get("done", window).numpy().reshape(batch_size, -1)
-        term = self._get("terminated", window).numpy().reshape(batch_size, -1)
-        if self.life_loss_boundary:
-            lost = self._get("life_lost", window).numpy().reshape(batch_size, -1)
-            stop, term = stop | lost, term | lost
-        alive = stop.cumsum(1) - stop == 0
-        reward = self._get("reward", window).view(batch_size, -1)
-        if self.n_step == 1:  # the same values as below, without three torch operations
-            ret = reward.view(batch_size)
+        cols = self._np
+        col = (batch_size, 1)
+        if self.n_step == 1:
+            # One step: the window is the entry itself (``entry`` = ``pos`` modulo the ring).
+            ended = cols["done"][slot]
+            terminal = cols["terminated"][slot]
+            if self.life_loss_boundary:
+                lost = cols["life_lost"][slot]
+                ended, terminal = ended | lost, terminal | lost
+            ret = torch.from_numpy(cols["reward"][slot])
+            steps = np.ones(batch_size, dtype=np.int64)
         else:
+            # The n steps from each sampled entry ([B, n]); step i counts while no boundary
+            # came before it.
+            window = self._slots(env[:, None], entry[:, None] + self._ahead)
+            stop, term = cols["done"][window], cols["terminated"][window]
+            if self.life_loss_boundary:
+                lost = cols["life_lost"][window]
+                stop, term = stop | lost, term | lost
+            alive = stop.cumsum(1) - stop == 0
+            reward = torch.from_numpy(cols["reward"][window])
             ret = (reward * self._discounts).where(torch.from_numpy(alive), 0.0).sum(1)
-        steps = alive.sum(1)
-        ended = (alive & stop).any(1)
-        terminal = (alive & term).any(1)
+            steps = alive.sum(1)
+            ended = (alive & stop).any(1)
+            terminal = (alive & term).any(1)
         truncated = ended & ~terminal
 
-        col = (batch_size, 1)
         cpu = torch.device("cpu")  # the storage's (RAM or memmap); moved to self.device below
         nxt = {
             self.obs_key: self._stacks(env, entry + steps),
@@ -449,7 +455,7 @@ class FrameReplay:
         }
         out = {
             self.obs_key: self._stacks(env, entry),
-            "action": self._get("action", torch.from_numpy(slot)),
+            "action": torch.from_numpy(cols["action"][slot]),
             "gamma_n": torch.from_numpy(self._gamma_pows[steps].reshape(col)),
             "steps_to_next_obs": torch.from_numpy(steps.reshape(col)),
             "index": torch.from_numpy(entry * self.num_envs + env),

@@ -20,7 +20,7 @@ from accelrl.async_replay import ReplayFeeder, SyncReplay
 from accelrl.cli import run_recipe
 from accelrl.collect import WatchedCollector, run_collector
 from accelrl.config import CollectorConfig, EnvConfig, RunConfig, rows_per_batch
-from accelrl.envs import describe_env
+from accelrl.envs import describe_env, frames_per_step
 from accelrl.process import lr_scale, setup_process
 from accelrl.progress import Every
 from accelrl.replay import FrameReplay
@@ -64,10 +64,13 @@ def validate(cfg: Config) -> None:
         )
 
 
-def make_agent(cfg: Config, env_spec: dict, device: torch.device, lr_scale: float = 1.0) -> DQN:
+def make_agent(
+    cfg: Config, env_spec: dict, device: torch.device, lr_scale: float = 1.0, world_size: int = 1
+) -> DQN:
     """The Q-network (Nature CNN or MLP trunk; dueling and C51 heads as configured) in TorchRL's
     ``QValueActor`` / ``DistributionalQValueActor``, its target network, ``DQNLoss`` /
-    ``DistributionalDQNLoss`` and Adam at ``lr_scale`` x ``dqn.lr``; ``accelrl.play`` rebuilds a
+    ``DistributionalDQNLoss``, Adam at ``lr_scale`` x ``dqn.lr`` and epsilon-greedy acting whose
+    schedule counts every rank's frames (``world_size`` ranks); ``accelrl.play`` rebuilds a
     trained agent with it. Pass a resolved config."""
     return DQN(
         replace(cfg.dqn, lr=cfg.dqn.lr * lr_scale),
@@ -78,6 +81,7 @@ def make_agent(cfg: Config, env_spec: dict, device: torch.device, lr_scale: floa
         mlp_hidden=cfg.model.mlp_hidden,
         on_nonfinite=cfg.on_nonfinite,
         compile_loss=cfg.compile.loss,
+        frames_per_step=frames_per_step(cfg.env) * world_size,
     )
 
 
@@ -91,7 +95,7 @@ def train(cfg: Config) -> dict:
     scale = lr_scale(proc.world_size, cfg.dist.lr_scaling)  # N data-parallel ranks
     with RunFolder(cfg, "dqn", proc, resolved={"lr_scale": scale}) as run:
         spec = describe_env(cfg.env)
-        dqn = make_agent(cfg, spec, proc.device, lr_scale=scale)
+        dqn = make_agent(cfg, spec, proc.device, lr_scale=scale, world_size=proc.world_size)
         # Replay: each frame stored once per step; stacks and n-step targets rebuilt when
         # sampled; uniform or prioritized through TorchRL's PrioritizedSampler.
         replay = FrameReplay(
@@ -116,6 +120,7 @@ def train(cfg: Config) -> dict:
         keep = cfg.dqn.replay_dir and not cfg.dqn.asynchronous and proc.world_size == 1
         saved_replay = {"replay": replay} if keep else {}
         progress = run.restore(dqn.eval_policy, dqn=dqn, **saved_replay)  # --resume
+        dqn.acted(progress.frames)  # epsilon's schedule, also after a resume
         if progress.done:
             return run.finish(progress)
 
@@ -169,7 +174,7 @@ def train(cfg: Config) -> dict:
                             if priority is not None:  # None: a skipped non-finite step
                                 source.update_priority(sample.get("index"), priority)
                             credit -= 1.0
-                dqn.set_epsilon(dqn.epsilon(progress.frames))
+                dqn.acted(progress.frames)  # epsilon falls per step; workers' counts race
                 source.publish_weights()  # the collector acts with the new weights
                 metrics |= {
                     "train/epsilon": dqn.epsilon(progress.frames),

@@ -110,3 +110,17 @@ def test_throughput_plain_reference_reads_the_recipe_config(monkeypatch, tmp_pat
     assert frames == {128: [128, 256, 384, 512], 256: [128, 256, 384, 512]}
     # 8 x 32 / 32 x intensity 8 = 8 updates a batch once more than learning_starts_frames.
     assert counts == {128: 24, 256: 16}
+
+
+def test_replay_sample_benchmark_times_both_sides(tmp_path):
+    """``benchmarks.replay_sample`` (the CartPole DQN learner step, recipe vs plain loop) runs
+    and reports a positive time for each side of each case."""
+    from benchmarks import replay_sample
+
+    out = tmp_path / "sample.json"
+    replay_sample.main(["--rounds", "1", "--reps", "20", "--json", str(out)])
+    result = json.loads(out.read_text())
+    for case in ("sample", "step"):
+        (row,) = result[case]["rounds"]
+        assert row["accelrl_us"] > 0 and row["plain_us"] > 0, row
+        assert math.isfinite(result[case]["median_ratio"])

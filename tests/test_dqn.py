@@ -1,11 +1,15 @@
 """DQN family: presets, schedules, update step, recipe mechanics (CartPole and Atari)."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
+from tensordict import TensorDict
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from accelrl.algos.dqn import DQN, DQNConfig, apply_preset, preset_num_envs, validate_dqn
+from accelrl.collect import plan_threads, run_collector
 from accelrl.config import EnvConfig
 from accelrl.envs import make_env
 from accelrl.progress import Progress
@@ -64,6 +68,64 @@ def test_epsilon_and_beta_schedules():
     assert dqn.epsilon(0) == 1.0 and dqn.epsilon(500) == pytest.approx(0.55)
     assert dqn.epsilon(5000) == pytest.approx(0.1)
     assert dqn.beta(0.0) == pytest.approx(0.4) and dqn.beta(1.0) == pytest.approx(1.0)
+
+
+def test_epsilon_falls_at_every_acting_step():
+    """Each exploring forward pass acts at the schedule's epsilon for the frames acted so far,
+    then counts its batch (TorchRL's EGreedyModule keeps one epsilon until ``step()``, which
+    the recipe would call once per batch: every call below would then act at 1.0)."""
+    dqn = cartpole_dqn(eps_start=1.0, eps_end=0.0, eps_decay_frames=100)
+    td = TensorDict({"observation": torch.zeros(10, 4)}, [10])
+    acted = []
+    with set_exploration_type(ExplorationType.RANDOM):
+        for _ in range(12):
+            dqn.policy(td.clone())
+            acted.append(float(dqn.explore.eps))
+    expected = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0, 0.0]
+    assert acted == pytest.approx(expected)
+    assert int(dqn.explore.frames) == 120
+    # At epsilon 0 every action is the greedy one.
+    with set_exploration_type(ExplorationType.RANDOM):
+        out = dqn.policy(TensorDict({"observation": torch.randn(64, 4)}, [64]))
+    greedy = dqn.q_network(out["observation"]).argmax(-1)
+    assert torch.equal(out["action"], greedy)
+    # Evaluation and spec probes do not advance the schedule; the learner can set it.
+    with set_exploration_type(ExplorationType.DETERMINISTIC):
+        dqn.policy(td.clone())
+    assert int(dqn.explore.frames) == 184
+    dqn.acted(50)
+    with set_exploration_type(ExplorationType.RANDOM):
+        dqn.policy(td.clone())
+    assert float(dqn.explore.eps) == pytest.approx(0.5)
+
+
+def test_epsilon_schedule_counts_every_worker_and_frame_skip(tmp_path):
+    """Emulator frames: 4 per agent step with frameskip 4. Collector workers share the count
+    (TorchRL keeps a CPU policy's buffers in shared memory): after a batch of 64 steps from two
+    workers it holds more than one worker's 32 (races may drop an increment)."""
+    dqn = DQN(
+        DQNConfig(eps_decay_frames=10_000),
+        obs_key="observation",
+        obs_shape=(4,),
+        num_actions=2,
+        device=torch.device("cpu"),
+        frames_per_step=4,
+    )
+    cfg = Config()
+    cfg.env.game, cfg.env.num_envs = "CartPole-v1", 4
+    cfg.collector.steps_per_batch, cfg.collector.num_workers = 64, 2
+    cfg = resolve(cfg)
+    proc = SimpleNamespace(
+        collect_seed=lambda updates: 0,
+        threads=plan_threads(cfg.threads, cfg.collector.num_workers),
+        device="cpu",
+    )
+    collector = run_collector(cfg, proc, dqn.policy, 0)
+    try:
+        next(iter(collector))
+        assert 4 * 32 < int(dqn.explore.frames) <= 4 * 64
+    finally:
+        collector.shutdown()
 
 
 @pytest.mark.parametrize(

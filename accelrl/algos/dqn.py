@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictSequential
 from torchrl.data import Categorical
+from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.modules import DistributionalQValueActor, EGreedyModule, QValueActor
 from torchrl.objectives import DistributionalDQNLoss, DQNLoss, HardUpdate, SoftUpdate
 from torchrl.objectives.utils import TargetNetUpdater, ValueEstimators
@@ -136,6 +137,10 @@ def validate_dqn(cfg: DQNConfig, prefix: str = "dqn") -> None:
         value = getattr(cfg, name)
         if not 0.0 <= value <= 1.0:
             raise ConfigError(f"{prefix}.{name}", value, "must be in [0, 1]")
+    if cfg.eps_end > cfg.eps_start:
+        raise ConfigError(
+            f"{prefix}.eps_end", cfg.eps_end, f"must be <= eps_start={cfg.eps_start} (it decays)"
+        )
     if cfg.distributional:
         if cfg.atoms < 2:
             raise ConfigError(f"{prefix}.atoms", cfg.atoms, "must be >= 2")
@@ -166,6 +171,56 @@ class HardTargetUpdate(HardUpdate):
             self.counter = 0
 
 
+class ScheduledEGreedy(EGreedyModule):
+    """Epsilon-greedy whose epsilon follows its linear schedule at every acting step.
+
+    TorchRL's ``EGreedyModule`` changes epsilon only on ``step()``; a recipe calls it once per
+    collected batch, so every step of a batch acts with the epsilon of the batch's start. This
+    module keeps the emulator frames acted so far in the buffer ``frames``: each exploring
+    forward pass (interaction type RANDOM, which collectors set) takes epsilon from the schedule
+    at ``frames`` and then adds its batch's agent steps times ``frames_per_step`` (frame skip
+    times data-parallel ranks, each rank's simulators standing for its share). So epsilon falls
+    step by step, as in CleanRL and Stable-Baselines3 and ``benchmarks.plain_classic``.
+
+    ``frames`` is a buffer, so collector workers share it: TorchRL puts a CPU policy's
+    parameters and buffers in shared memory (``MultiSyncCollector`` workers' counts add up), and
+    ``update_policy_weights_`` copies it to a collector's own copy of the policy. ``set_frames``
+    puts it back on the learner's count after each batch, and a resumed run restores it with
+    the checkpoint. Other forward passes (evaluation, a collector's spec probe) leave it alone.
+    """
+
+    def __init__(
+        self,
+        spec: Categorical,
+        *,
+        eps_start: float,
+        eps_end: float,
+        decay_frames: int,
+        frames_per_step: int = 1,
+    ) -> None:
+        super().__init__(spec, eps_init=eps_start, eps_end=eps_end, annealing_num_steps=1)
+        self.decay_frames = decay_frames
+        self.frames_per_step = frames_per_step
+        self.register_buffer("frames", torch.zeros((), dtype=torch.int64))
+
+    def epsilon(self, frames: int | torch.Tensor) -> torch.Tensor:
+        """Epsilon after ``frames`` emulator frames (linear decay, then constant)."""
+        progress = torch.as_tensor(frames, dtype=torch.float64) / self.decay_frames
+        start, end = self.eps_init.double(), self.eps_end.double()
+        return start + progress.clamp(max=1.0) * (end - start)
+
+    def set_frames(self, frames: int) -> None:
+        self.frames.fill_(frames)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if exploration_type() != ExplorationType.RANDOM:
+            return super().forward(tensordict)
+        self.eps.copy_(self.epsilon(self.frames))
+        out = super().forward(tensordict)
+        self.frames.add_(tensordict.numel() * self.frames_per_step)
+        return out
+
+
 class DQN:
     """Owns the Q-network, its target, the loss and the optimizer.
 
@@ -185,6 +240,7 @@ class DQN:
         mlp_hidden: tuple[int, ...] = (64, 64),
         on_nonfinite: str = "stop",
         compile_loss: bool = False,
+        frames_per_step: int = 1,
     ) -> None:
         self.cfg = cfg
         self.device = device
@@ -229,7 +285,15 @@ class DQN:
         # makes steps larger than the paper's; ``update`` takes mean(w l) as the paper does.
         # The replay writes the n-step bootstrap distance k to "steps_to_next_obs"; both losses
         # (DQNLoss through its TD(0) estimator) then bootstrap with gamma**k.
-        self.explore = EGreedyModule(spec, eps_init=cfg.eps_start, eps_end=cfg.eps_start)
+        # Acting: epsilon falls at every agent step (``ScheduledEGreedy``); ``frames_per_step``
+        # counts emulator frames per agent step on every rank.
+        self.explore = ScheduledEGreedy(
+            spec,
+            eps_start=cfg.eps_start,
+            eps_end=cfg.eps_end,
+            decay_frames=cfg.eps_decay_frames,
+            frames_per_step=frames_per_step,
+        ).to(device)
         self.policy = TensorDictSequential(self.greedy, self.explore)
         # Evaluation: greedy episodes ignore epsilon; "sampled" ones act eps-greedy at eval_eps.
         self.eval_policy = TensorDictSequential(
@@ -265,11 +329,12 @@ class DQN:
 
     def epsilon(self, frames: int) -> float:
         """Exploration rate after ``frames`` emulator frames (linear decay, then constant)."""
-        progress = min(1.0, frames / self.cfg.eps_decay_frames)
-        return self.cfg.eps_start + progress * (self.cfg.eps_end - self.cfg.eps_start)
+        return float(self.explore.epsilon(frames))
 
-    def set_epsilon(self, eps: float) -> None:
-        self.explore.eps.fill_(eps)
+    def acted(self, frames: int) -> None:
+        """Set the acting schedule to ``frames`` emulator frames collected (all ranks): after
+        each batch (collector workers' counts race) and after a resume."""
+        self.explore.set_frames(frames)
 
     def beta(self, progress: float) -> float:
         """Importance-sampling exponent at ``progress`` in [0, 1] of the run."""
@@ -359,7 +424,8 @@ class DQN:
             "loss": self.loss.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "target": self.target.state_dict() if hasattr(self.target, "state_dict") else {},
-            # The acting epsilon: without it a resumed run collects its first batch at eps_start.
+            # The acting schedule's frame count (and epsilon): without it a resumed run collects
+            # its first batch at eps_start.
             "explore": self.explore.state_dict(),
         }
 
@@ -369,4 +435,6 @@ class DQN:
         if state.get("target") and hasattr(self.target, "load_state_dict"):
             self.target.load_state_dict(state["target"])
         if "explore" in state:  # checkpoints before 2026-11-30 lack it
-            self.explore.load_state_dict(state["explore"])
+            # Before 2026-12-01 it held epsilon only; the recipe sets frames after a resume.
+            explore = {"frames": self.explore.frames.clone(), **state["explore"]}
+            self.explore.load_state_dict(explore)
