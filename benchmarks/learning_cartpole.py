@@ -2,7 +2,7 @@
 
     python -m benchmarks.learning_cartpole [--algos ppo a2c dqn double-dueling double-dueling-nstep
         nstep-prioritized c51 rainbow] [--seeds 0 1 2] [--json PATH] [--quick]
-        [--plain-epsilon-per-batch]
+        [--plain-epsilon-per-batch] [--plain-fused-adam]
 
 For every algorithm and seed, the plain loop (``benchmarks.plain_classic``: gymnasium vector env,
 numpy, PyTorch) and the recipe (``recipes/<algo>_atari.py``'s ``train`` with
@@ -173,8 +173,12 @@ PLAIN_LOOPS = {"dqn": pc.plain_dqn, "ppo": pc.plain_ppo, "a2c": pc.plain_a2c}
 # --- runs -------------------------------------------------------------------------------------
 
 
-def run_plain(algo: str, cfg: Any, epsilon_per_batch: bool = False) -> dict:
+def run_plain(
+    algo: str, cfg: Any, epsilon_per_batch: bool = False, fused_adam: bool = False
+) -> dict:
     extra = {"epsilon_per_batch": True} if epsilon_per_batch else {}  # DQN family only
+    if fused_adam:
+        extra["fused_adam"] = True
     return {"impl": "plain", **PLAIN_LOOPS[KINDS[algo]](cfg, **extra)}
 
 
@@ -238,11 +242,19 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="DQN family: the plain loop sets epsilon once per batch, as the recipe does",
     )
+    p.add_argument(
+        "--plain-fused-adam",
+        action="store_true",
+        help="DQN family: the plain loop steps with PyTorch's fused Adam kernel, as the recipe "
+        "does (default: torch.optim.Adam's default, foreach)",
+    )
     p.add_argument("--json", help="write settings, rows and curves here")
     args = p.parse_args(argv)
     not_dqn = [a for a in args.algos if KINDS[a] != "dqn"]
-    if args.plain_epsilon_per_batch and not_dqn:
-        p.error(f"--plain-epsilon-per-batch applies to the DQN family only; drop {not_dqn}")
+    for flag in ("plain_epsilon_per_batch", "plain_fused_adam"):
+        if getattr(args, flag) and not_dqn:
+            name = "--" + flag.replace("_", "-")
+            p.error(f"{name} applies to the DQN family only; drop {not_dqn}")
     torch.set_num_threads(args.threads)
 
     rows: list[dict] = []
@@ -255,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
             settings[algo] = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "seed"}
             for impl in args.impls:
                 if impl == "plain":
-                    out = run_plain(algo, cfg, args.plain_epsilon_per_batch)
+                    out = run_plain(algo, cfg, args.plain_epsilon_per_batch, args.plain_fused_adam)
                 else:
                     out = run_recipe(algo, cfg)
                     torch.set_num_threads(args.threads)  # the recipe sets its own share

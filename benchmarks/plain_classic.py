@@ -256,11 +256,15 @@ class Replay:
         self.tree.set(flat, priority**self.s.priority_alpha)
 
 
-def plain_dqn(cfg: DQNRecipeConfig, epsilon_per_batch: bool = False) -> dict:
+def plain_dqn(
+    cfg: DQNRecipeConfig, epsilon_per_batch: bool = False, fused_adam: bool = False
+) -> dict:
     """The DQN family with ``cfg``'s settings (``cfg.dqn``, presets already applied by
     ``recipes.dqn_atari.resolve``): ``learning_starts_frames``, ``eps_decay_frames`` and
-    ``total_frames`` count agent steps here. Epsilon decays every step; with
-    ``epsilon_per_batch`` it is set once per collected batch, as the recipe's collector does."""
+    ``total_frames`` count agent steps here. Epsilon decays every step, as in the recipe since
+    2026-12-01; with ``epsilon_per_batch`` it is set once per collected batch, as the recipe's
+    collector did before. Adam is ``torch.optim.Adam``'s default (foreach) kernel; with
+    ``fused_adam`` its fused one, as the recipe's (``accelrl.optim.adam``)."""
     s, seed, num_envs = cfg.dqn, cfg.seed, cfg.env.num_envs
     total_steps, steps_per_batch = cfg.total_frames, cfg.collector.steps_per_batch
     start = time.perf_counter()
@@ -271,7 +275,7 @@ def plain_dqn(cfg: DQNRecipeConfig, epsilon_per_batch: bool = False) -> dict:
     atoms = s.atoms if s.distributional else 1
     online = QNet(obs_dim, num_actions, cfg.model.mlp_hidden, s.dueling, atoms)
     target = copy.deepcopy(online).requires_grad_(False)
-    opt = torch.optim.Adam(online.parameters(), lr=s.lr, eps=s.adam_eps)
+    opt = torch.optim.Adam(online.parameters(), lr=s.lr, eps=s.adam_eps, fused=fused_adam or None)
     replay = Replay(s, num_envs, obs_dim)
     support = torch.linspace(s.v_min, s.v_max, s.atoms)
     dz = (s.v_max - s.v_min) / (s.atoms - 1)
