@@ -292,10 +292,10 @@ def test_dqn_learns_cartpole_as_well_as_the_plain_loop(tmp_path, capsys):
 
     At lr 2.3e-3 DQN on CartPole is chaotic: a change at float-rounding level (PyTorch's fused
     Adam kernel instead of its foreach one) moved seed 0's last-100 from 231 to 67 and seeds
-    1-2 from 281 / 278 to 264 / 264. Over seeds 0-5 the plain loop (benchmarks.plain_classic)
-    ended at 243-330 (mean 270), and at 62-299 (mean 206) with the recipe's per-batch epsilon;
-    accelrl at 67-264 (mean 207), and with subnormals flushed (accelrl.process) at 98-270 (mean
-    212; seeds 0-2: 206 / 262 / 270, README "Does it learn?"). Before the ReLU Q-network the recipe
+    1-2 from 281 / 278 to 264 / 264. With epsilon lowered every step (both sides), over seeds
+    0-11 the plain loop (benchmarks.plain_classic) ended at 200-330 (mean 253), 139-306 with
+    the recipe's fused Adam (mean 228), accelrl at 107-302 (mean 213; seeds 0-2: 244 / 236 /
+    230, README "Does it learn?"). Before the ReLU Q-network the recipe
     ended at 70 / 76 on seeds 0 / 1 and never passed ~155; with a target network that never
     refreshes it ends at 11-17. So: the mean over seeds at least 150, one seed at least 200,
     and one greedy evaluation at 500."""
