@@ -217,12 +217,11 @@ class FrameReplay:
         if self._entries.batch_size != torch.Size([size]):
             raise ValueError(f"storage holds {self._entries.batch_size} entries, expected {size}")
         self._store = TensorStorage(self._entries)
-        # The columns as plain tensors: a TensorDict lookup per read costs more than the read.
-        self._cols = dict(self._entries.items())
-        # ... and the per-step scalars as NumPy arrays over the same memory (RAM or memmap):
-        # a NumPy gather of a few hundred elements costs ~1 us where torch.index_select costs
-        # ~10 (``benchmarks/replay_sample.py``).
-        self._np = {k: v.numpy() for k, v in self._cols.items() if k != "frame"}
+        # The per-step columns as NumPy arrays over the same memory (RAM or memmap): a TensorDict
+        # lookup per read costs more than the read, and a NumPy gather of a few hundred elements
+        # ~1 us where torch.index_select costs ~10 (``benchmarks/replay_sample.py``).
+        self._np = {k: v.numpy() for k, v in self._entries.items() if k != "frame"}
+        self._frame_dtype = self._entries["frame"].dtype
         self._action_shape = tuple(self._entries["action"].shape[1:])
         self._frame_rows = _rows(self._entries["frame"], size)  # a view: writes go to storage
 
@@ -377,7 +376,7 @@ class FrameReplay:
 
     def _stacks(self, env: np.ndarray, end: np.ndarray) -> torch.Tensor:
         """Observations ``[B, *obs_shape]`` rebuilt from the entries ending at ``end``."""
-        dtype = self._cols["frame"].dtype
+        dtype = self._frame_dtype
         if self.stack == 1:
             out = torch.index_select(self._frame_rows, 0, torch.from_numpy(self._slots(env, end)))
             return out.view(dtype).view(len(end), *self.obs_shape)
