@@ -79,7 +79,9 @@ class Process:
     seed: int
     signals: StopSignals
     update_threads: UpdateThreads
-    """``with proc.update_threads():`` around each update (threads chosen by measurement)."""
+    """``with proc.update_threads():`` around each update, or ``for _ in
+    proc.update_threads.steps(n):`` around an update of n short steps (threads chosen by
+    measurement)."""
 
     @property
     def is_main(self) -> bool:

@@ -161,22 +161,20 @@ def train(cfg: Config) -> dict:
                 batch = source.wait_batch()  # already written to the replay
                 progress.collected(batch)
                 run.episodes(batch, progress.frames)
-                metrics = dqn.no_update_metrics()
                 if source.learning():
                     credit += per_batch
-                    # More cores while the simulators wait (work: the gradient steps due).
-                    with proc.update_threads(units=int(credit)):
-                        while credit >= 1.0:
-                            beta = dqn.beta(progress.fraction)
-                            sample = source.sample(cfg.dqn.batch_size, beta=beta)
-                            with source.weights_changing():
-                                metrics, priority = dqn.update(sample)  # target copy when due
-                            if priority is not None:  # None: a skipped non-finite step
-                                source.update_priority(sample.get("index"), priority)
-                            credit -= 1.0
+                    due, credit = int(credit), credit - int(credit)
+                    # More cores while the simulators wait (threads chosen by measurement).
+                    beta = dqn.beta(progress.fraction)  # prioritized replay's IS exponent
+                    for _ in proc.update_threads.steps(due):
+                        sample = source.sample(cfg.dqn.batch_size, beta=beta)
+                        with source.weights_changing():
+                            priority = dqn.update(sample)  # target copy when due
+                        if priority is not None:  # None: a skipped non-finite step
+                            source.update_priority(sample.get("index"), priority)
                 dqn.acted(progress.frames)  # epsilon falls per step; workers' counts race
                 source.publish_weights()  # the collector acts with the new weights
-                metrics |= {
+                metrics = dqn.metrics() | {  # the batch's last gradient step; NaN before any
                     "train/epsilon": dqn.epsilon(progress.frames),
                     "train/replay": len(replay),
                     "train/replay_ratio": source.ratio(),

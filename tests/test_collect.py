@@ -95,6 +95,40 @@ def test_update_threads_follow_the_measurement(faster):
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("faster", [1, 2])
+def test_update_threads_probe_only_the_first_steps_of_an_update(faster):
+    """``steps``: a probe update runs 1 + probe_steps steps at the probed count and the rest at
+    the current choice (a slow count costs a few steps, not an update); updates before the
+    first decision run at the collection count; the faster count per step is kept."""
+    plan = plan_threads(ThreadsConfig(), num_workers=0, cores=2)
+    chooser = UpdateThreads(plan, probes=2, probe_every=20, probe_steps=3)
+    before = torch.get_num_threads()
+    slow = 3 - faster
+    updates = []
+    try:
+        torch.set_num_threads(plan.learner_torch)
+        for _ in range(8):
+            seen = []
+            for _ in chooser.steps(10):
+                seen.append(torch.get_num_threads())
+                time.sleep(0.002 * (3 if torch.get_num_threads() == slow else 1))
+            updates.append(seen)
+            assert torch.get_num_threads() == plan.learner_torch
+        assert updates[0] == [1] * 10  # warm-up at the collection count
+        probed = [u[0] for u in updates[1:5]]
+        assert sorted(probed) == [1, 1, 2, 2], updates
+        for u in updates[1:5]:  # 4 steps at the probed count, then the choice so far
+            assert u[:4] == [u[0]] * 4 and u[4:] == [1] * 6, updates
+        assert chooser.choice == faster and updates[5:] == [[faster] * 10] * 3
+        fresh = UpdateThreads(plan, probes=2, probe_every=20, probe_steps=3)
+        for _ in range(5):  # updates of one step cannot be timed: no decision
+            for _ in fresh.steps(1):
+                pass
+        assert fresh.choice == plan.learner_torch and all(not t for t in fresh._times.values())
+    finally:
+        torch.set_num_threads(before)
+
+
 def force_action(model, action: int) -> None:
     head = model.get_policy_head().module[0].module[-1]
     with torch.no_grad():

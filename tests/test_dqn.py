@@ -6,9 +6,18 @@ from types import SimpleNamespace
 import pytest
 import torch
 from tensordict import TensorDict
+from torchrl.data import Categorical
 from torchrl.envs.utils import ExplorationType, set_exploration_type
+from torchrl.modules import EGreedyModule
 
-from accelrl.algos.dqn import DQN, DQNConfig, apply_preset, preset_num_envs, validate_dqn
+from accelrl.algos.dqn import (
+    DQN,
+    DQNConfig,
+    ScheduledEGreedy,
+    apply_preset,
+    preset_num_envs,
+    validate_dqn,
+)
 from accelrl.collect import plan_threads, run_collector
 from accelrl.config import EnvConfig
 from accelrl.envs import make_env
@@ -99,6 +108,28 @@ def test_epsilon_falls_at_every_acting_step():
     assert float(dqn.explore.eps) == pytest.approx(0.5)
 
 
+def test_scheduled_egreedy_draws_what_torchrl_egreedy_draws():
+    """The acting fast path (no per-step spec expansion) takes the same random numbers in the
+    same order as TorchRL's ``EGreedyModule`` at the same epsilon: the same actions for the
+    same seed, also for a two-dimensional batch."""
+    spec = Categorical(6)
+    ours = ScheduledEGreedy(spec, eps_start=1.0, eps_end=0.05, decay_frames=3000)
+    theirs = EGreedyModule(spec, eps_init=1.0, eps_end=1.0)
+    for shape in ([8], [4, 2]):
+        greedy = torch.randint(6, shape)
+        for _ in range(40):
+            # TorchRL's module at the epsilon ours acts with at its current count.
+            theirs.eps.copy_(ours.epsilon(ours.frames))
+            with set_exploration_type(ExplorationType.RANDOM):
+                torch.manual_seed(int(ours.frames))
+                a = ours(TensorDict({"action": greedy.clone()}, shape))["action"]
+                torch.manual_seed(int(ours.frames) - greedy.numel())
+                b = theirs(TensorDict({"action": greedy.clone()}, shape))["action"]
+            assert torch.equal(a, b)
+            assert float(ours.eps) == float(theirs.eps)
+    assert 0 < (a != greedy).sum() < a.numel()  # both explore and exploit at the end
+
+
 def test_epsilon_schedule_counts_every_worker_and_frame_skip(tmp_path):
     """Emulator frames: 4 per agent step with frameskip 4. Collector workers share the count
     (TorchRL keeps a CPU policy's buffers in shared memory): after a batch of 64 steps from two
@@ -157,10 +188,14 @@ def test_update_from_replay_moves_weights_and_returns_priorities(flags):
     replay.extend(batch)
     before = [p.detach().clone() for p in dqn.greedy.parameters()]
     sample = replay.sample(32, beta=0.4)
-    metrics, priority = dqn.update(sample)
+    assert all(math.isnan(v) for k, v in dqn.metrics().items() if k != "train/skipped_steps")
+    priority = dqn.update(sample)
     replay.update_priority(sample["index"], priority)
     assert priority.shape == (32,) and (priority >= 0).all()
+    metrics = dqn.metrics()
     assert all(math.isfinite(v) for v in metrics.values())
+    assert metrics["train/td_error"] == pytest.approx(float(priority.mean()))
+    assert math.isnan(dqn.metrics()["loss/q"])  # read once: no update since
     assert any(not torch.equal(a, b) for a, b in zip(before, dqn.greedy.parameters(), strict=True))
 
 

@@ -10,6 +10,7 @@ target updates, importance weights and priorities.
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -258,12 +259,13 @@ def test_skipped_nonfinite_step_returns_no_priorities():
     td = fixed_batch(weight=True)
     td["next", "reward"][3] = float("nan")
     before, skipped = flat(network(dqn).parameters()), dqn.guard.skipped
-    metrics, priority = dqn.update(td)
+    priority = dqn.update(td)
     assert priority is None, "a NaN priority would poison the prioritized sampler"
+    assert math.isnan(dqn.metrics()["train/td_error"])
     assert dqn.guard.skipped == skipped + 1
     assert torch.equal(flat(network(dqn).parameters()), before)
     td["next", "reward"][3] = 0.0
-    _, priority = dqn.update(td)
+    priority = dqn.update(td)
     assert priority is not None and torch.isfinite(priority).all()
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
@@ -126,10 +128,17 @@ def gradient_step(
         # device per step instead of two (backward of a NaN loss only fills the gradients).
         loss.backward()
     norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
-    if not bool(torch.isfinite(norm) & torch.isfinite(loss.detach()).all()):
+    # One operation and one read: the sum is non-finite when either is (or when both are
+    # finite but overflow together: told apart below). The elementwise isfinite / & / all /
+    # bool chain cost ~50 us a step on CPU, 2-3% of a CartPole-sized DQN step.
+    total = loss.detach()
+    if total.dim():
+        total = total.sum()
+    if not math.isfinite((norm + total).item()):
         if not bool(torch.isfinite(loss.detach()).all()):
             return _nonfinite(guard, optimizer, _nonfinite_loss(loss))
-        return _nonfinite(guard, optimizer, f"gradient norm is {float(norm)} (non-finite)")
+        if not math.isfinite(float(norm)):
+            return _nonfinite(guard, optimizer, f"gradient norm is {float(norm)} (non-finite)")
     optimizer.step()
     return norm
 
