@@ -389,24 +389,22 @@ class DQN:
         """(loss, priorities [B]) of a replay sample: the mean over the batch of the per-sample
         Huber loss (C51: cross-entropy) times its importance weight ``_weight`` when present;
         priorities are |TD error| (C51: the cross-entropy)."""
-        sample = sample.to(self.device)
-        if "_weight" in sample.keys():
-            sample.set("priority_weight", sample.get("_weight"))
-        loss, td_error = self._loss(sample)
-        td_error = td_error.detach().reshape(-1)
-        # DQNLoss reports the squared TD error.
-        priority = td_error if self.cfg.distributional else td_error.sqrt()
-        return loss, priority
+        loss, priority = self._loss(sample.to(self.device))
+        return loss, priority.detach()
 
     def _loss_terms(self, sample: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """TorchRL's loss module (C51): (mean of the weighted per-sample losses, priorities)."""
+        if "_weight" in sample.keys():
+            sample.set("priority_weight", sample.get("_weight"))
         # Per-sample losses, already times the importance weights; the loss module writes the
-        # TD error into ``sample``.
+        # TD error into ``sample``: the cross-entropy (C51), the squared TD error (DQNLoss).
         loss = self.loss(sample)["loss"].mean()
-        return loss, sample.get("td_error")
+        td_error = sample.get("td_error").reshape(-1)
+        return loss, td_error if self.cfg.distributional else td_error.sqrt()
 
     def _q_terms(self, sample: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """What ``DQNLoss`` (TD(0) on the n-step sample, smooth-L1, ``reduction="none"``)
-        computes: (mean of the weighted per-sample Huber losses, squared TD errors [B, 1])."""
+        computes: (mean of the weighted per-sample Huber losses, |TD errors| [B])."""
         nxt = sample.get("next")
         next_obs = nxt.get(self.obs_key)
         action = sample.get("action").reshape(-1, 1)
@@ -425,9 +423,10 @@ class DQN:
             discount = gamma * (~nxt.get("terminated")).reshape(-1)
             target = nxt.get("reward").reshape(-1) + discount * bootstrap
         per_sample = F.smooth_l1_loss(q, target, reduction="none")
-        if "_weight" in sample.keys():
-            per_sample = per_sample * sample.get("_weight")
-        return per_sample.mean(), (q.detach() - target).pow(2).unsqueeze(-1)
+        weight = sample.get("_weight", None)
+        if weight is not None:
+            per_sample = per_sample * weight
+        return per_sample.mean(), (q.detach() - target).abs()
 
     def update(self, sample: TensorDictBase) -> torch.Tensor | None:
         """One gradient step on a replay sample; returns the per-sample priorities [B].
