@@ -367,7 +367,7 @@ def train_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
                 res["recipe_fps"] / FRAMESKIP,
                 "steps/s",
                 res["recipe_fps"],
-                reference=spec.reference,
+                reference=f"{spec.reference} ({res['plain_best']})",
                 ref_rate=res["plain_fps"] / FRAMESKIP,
                 ratio=res["ratio"],
                 target=TRAIN_TARGET,

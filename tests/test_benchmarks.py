@@ -112,6 +112,37 @@ def test_throughput_plain_reference_reads_the_recipe_config(monkeypatch, tmp_pat
     assert counts == {128: 24, 256: 16}
 
 
+def test_train_rows_compare_with_the_plain_loop_at_its_best_thread_count(monkeypatch):
+    """The recipe's synchronous updates pick their torch threads by measurement, so a training
+    row's plain loop runs at the recipe's collection share *and* at its update count, and the
+    ratio is against the faster (a plain loop held at 1 thread flattered the recipe 1.6x)."""
+    from accelrl import collect
+    from benchmarks import train_throughput as tt
+
+    plan = collect.ThreadPlan(
+        cores=2, learner_torch=1, worker_torch=1, sim_threads=2, update_torch=2
+    )
+    monkeypatch.setattr(collect, "plan_threads", lambda *a, **k: plan)
+
+    def records(fps: float) -> list[tuple[int, float]]:
+        return [(i * 1000, i * 1000 / fps) for i in range(1, 8)]
+
+    monkeypatch.setattr(tt, "run_recipe", lambda spec, cfg: records(100.0))
+    seen = []
+
+    def plain_runner(spec, cfg, seed, torch_threads=None):
+        seen.append(torch_threads)
+        return lambda: records({1: 50.0, 2: 80.0}[torch_threads])
+
+    monkeypatch.setattr(tt, "plain_runner", plain_runner)
+    spec = next(s for s in tt.SPECS if s.name == "dqn")
+    res = tt.bench_spec(spec, "Pong", "cpu", quick=True, rounds=2, verbose=False)
+    assert sorted(seen) == [1, 1, 2, 2]
+    assert res["plain_best"] == "plain@2"
+    assert res["plain_fps"] == pytest.approx(80.0)
+    assert res["ratio"] == pytest.approx(1.25)
+
+
 def test_replay_sample_benchmark_times_both_sides(tmp_path):
     """``benchmarks.replay_sample`` (the CartPole DQN learner step, recipe vs plain loop) runs
     and reports a positive time for each side of each case."""
