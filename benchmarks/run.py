@@ -21,7 +21,8 @@ rounds) and the target, with ``MISSED`` where the target is not met:
   TorchRL's reference for every accelrl kind.
 - train (first game): each recipe's ``train(cfg)`` against a plain PyTorch loop with the same
   simulators, network and hyperparameters (``benchmarks.plain_loops``), frames/s after warm-up
-  iterations (``benchmarks.train_throughput``). Target: >= 1.0 x plain.
+  iterations (``benchmarks.train_throughput``), the plain loop at the recipe's collection
+  share of torch threads and at its update count, the faster taken. Target: >= 1.0 x plain.
 - replay: ``FrameReplay`` bytes per 1M Atari transitions (target <= 7.5 GB; reference: storing
   obs and next obs stacks) and sample + DQN update time at batch 512 and 2048 against the update
   alone (``benchmarks.replay_memory``).
