@@ -249,10 +249,14 @@ class ScheduledEGreedy(EGreedyModule):
             # EGreedyModule.forward's draws, in its order (the same actions for the same
             # seed), without its per-call spec expansion and checks: they cost as much as the
             # CartPole Q-network's forward pass, at every acting step. Epsilon as ``epsilon``
-            # computes it, in Python floats (the same float64 operations).
-            progress = min(int(self.frames) / self.decay_frames, 1.0)
-            start, end = float(self.eps_init), float(self.eps_end)
-            self.eps.fill_(start + progress * (end - start))
+            # computes it: on CPU in Python floats (the same float64 operations, fewer calls),
+            # on a GPU on the device (reading the count would wait for the device).
+            if self.eps.device.type == "cpu":
+                progress = min(int(self.frames) / self.decay_frames, 1.0)
+                start, end = float(self.eps_init), float(self.eps_end)
+                self.eps.fill_(start + progress * (end - start))
+            else:
+                self.eps.copy_(self.epsilon(self.frames))
             action = tensordict.get(self.action_key)
             explore = torch.rand(tensordict.shape, device=self.eps.device) < self.eps
             random = torch.randint(
