@@ -108,15 +108,13 @@ class UpdateThreads:
     def __call__(self, units: float = 1.0) -> Iterator[None]:
         """Around one update (``units``: its amount of work, e.g. gradient steps)."""
         threads, probe = self._next()
-        if threads != self.collect:
-            torch.set_num_threads(threads)
+        self._set(threads)
         start = time.perf_counter()
         try:
             yield
         finally:
             elapsed = time.perf_counter() - start
-            if threads != self.collect:
-                torch.set_num_threads(self.collect)
+            self._set(self.collect)
             self._record(threads, probe, elapsed / units if units > 0 else None)
 
     def steps(self, count: int) -> Iterator[int]:
@@ -126,10 +124,9 @@ class UpdateThreads:
         pool) and the rest at the current choice."""
         threads, probe = self._next()
         timed = min(count - 1, self.probe_steps) if probe else 0
-        per_unit = None
+        per_unit, start = None, 0.0
         self._set(threads)
         try:
-            start = time.perf_counter()
             for i in range(count):
                 yield i
                 if i == 0:
@@ -139,7 +136,7 @@ class UpdateThreads:
                     self._set(self.choice)
         finally:
             self._set(self.collect)
-            self._record(threads, probe and per_unit is not None, per_unit)
+            self._record(threads, probe, per_unit)  # None (not timed): no record
 
     def _set(self, threads: int) -> None:
         if threads != torch.get_num_threads():
