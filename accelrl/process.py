@@ -141,7 +141,16 @@ def setup_process(cfg: Any, *, overlapped: bool = False) -> Process:
         log.warning("rank %d: %s", dist.rank, shortfall)
     seed_everything(cfg.seed)
     log.info("device %s, %s", device, threads.describe())
-    return Process(dist, device, threads, cfg.seed, StopSignals(), UpdateThreads(threads))
+    update_threads = learner_threads(cfg, threads, overlapped)
+    return Process(dist, device, threads, cfg.seed, StopSignals(), update_threads)
+
+
+def learner_threads(cfg: Any, plan: ThreadPlan, overlapped: bool) -> UpdateThreads:
+    """The learner's measured thread choice: for its updates, and for collection when the
+    learner steps the simulators and acts for them itself (the in-process synchronous
+    collector with nothing overlapping the updates)."""
+    in_process = cfg.collector.kind == "sync" and cfg.collector.num_workers == 0
+    return UpdateThreads(plan, probe_collection=in_process and not overlapped)
 
 
 def seconds_since_start() -> float:

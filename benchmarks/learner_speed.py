@@ -17,10 +17,12 @@ Configurations per algorithm (each a fresh process; rounds alternate them):
 
 Steady state excludes the first ``--warmup`` batches (start-up, allocator warm-up, compilation);
 for the recipes it also excludes their first thread probe (``accelrl.collect.UpdateThreads``:
-after one warm-up update, ``2 x probes`` updates alternate between 1 thread and every core, half of
-them at the slower count), which a run repeats only every ``probe_every`` (500) updates: at most
-``probes / probe_every`` (0.4%) of a long run's updates, each at most ~3.5x slower (measured). The
-recipe then runs that many more batches, so both sides average the same number of updates.
+after one warm-up update, ``2 x probes`` updates alternate between 1 thread and every core, and
+from the second collection on ``4 x probes`` in-process collections do, half of each at the
+slower count), which a run repeats only every ``probe_every`` (500) updates: ``probes /
+probe_every`` (0.4%) of a long run's updates and twice that of its collections, each at most
+~3.5x slower (measured). The recipe then runs that many more batches, so both sides average
+the same number of updates.
 Ratios are against the best plain configuration of the same condition.
 
     python -m benchmarks.learner_speed [--algos ppo a2c dqn dqn-cartpole] [--batches 8] [--busy]
@@ -126,11 +128,12 @@ def plain_fps(
 
 
 def probe_window() -> int:
-    """Updates before a recipe's thread plan settles: the warm-up update and the first probe."""
+    """Batches before a synchronous in-process recipe's thread choices settle: the warm-up
+    update and the first probes of update and collection threads."""
     from accelrl.collect import ThreadPlan, UpdateThreads
 
-    probe = UpdateThreads(ThreadPlan(2, 1, 1, 1, update_torch=2))
-    return 1 + probe.probes * len(probe.candidates)
+    probe = UpdateThreads(ThreadPlan(2, 1, 1, 1, update_torch=2), probe_collection=True)
+    return probe.probe_phase()
 
 
 def recipe_fps(

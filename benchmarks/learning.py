@@ -4,7 +4,7 @@ Atari (one run per call, meant for ``nohup``; both kinds write ``episodes.csv`` 
 ``metrics.csv`` in the run folder, so ``accelrl.plot`` and ``compare`` read either):
 
     python -m benchmarks.learning atari ppo --impl plain   --game Breakout --frames 2000000 \\
-        --seed 0 --run-dir runs/parity/ppo-breakout-plain-s0
+        --seed 0 --run-dir runs/parity/ppo-breakout-plain-s0 [--resume]
     python -m benchmarks.learning atari ppo --impl accelrl --game Breakout --frames 2000000 \\
         --seed 0 --run-dir runs/parity/ppo-breakout-accelrl-s0 [--resume] [-- RECIPE FLAGS]
     python -m benchmarks.learning compare runs/parity/ppo-breakout-*-s0 \\
@@ -74,17 +74,31 @@ def atari_config(
 
 class EpisodeFiles:
     """``episodes.csv`` (frames, return, length) and ``metrics.csv`` (frames, time_s, episodes,
-    return_mean100) in the columns accelrl's RunLogger writes."""
+    return_mean100) in the columns accelrl's RunLogger writes. ``resume_frames``: keep the rows
+    up to that frame count (a resumed loop's checkpoint; later rows belong to the killed run's
+    lost stretch, as the recipes drop them) and continue the clock from the last kept row."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, resume_frames: int | None = None) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
+        kept_ep, kept_m = [], []
+        if resume_frames is not None:
+            kept_ep = self._rows_upto(run_dir / "episodes.csv", resume_frames)
+            kept_m = self._rows_upto(run_dir / "metrics.csv", resume_frames)
         self.episodes = open(run_dir / "episodes.csv", "w", newline="", encoding="utf-8")
         self.metrics = open(run_dir / "metrics.csv", "w", newline="", encoding="utf-8")
         self._ep, self._m = csv.writer(self.episodes), csv.writer(self.metrics)
-        self._ep.writerow(["frames", "return", "length"])
-        self._m.writerow(["frames", "time_s", "episodes", "return_mean100"])
-        self.returns: list[float] = []
-        self.start = time.perf_counter()
+        self._ep.writerows([["frames", "return", "length"], *kept_ep])
+        self._m.writerows([["frames", "time_s", "episodes", "return_mean100"], *kept_m])
+        self.returns: list[float] = [float(row[1]) for row in kept_ep]
+        self.start = time.perf_counter() - (float(kept_m[-1][1]) if kept_m else 0.0)
+
+    @staticmethod
+    def _rows_upto(path: Path, frames: int) -> list[list[str]]:
+        if not path.exists():
+            return []
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = list(csv.reader(fh))[1:]
+        return [row for row in rows if int(row[0]) <= frames]
 
     def iteration(self, frames: int, finished: list[tuple[float, int]]) -> None:
         for ret, length in finished:
@@ -102,8 +116,18 @@ class EpisodeFiles:
         self.metrics.close()
 
 
+PLAIN_CHECKPOINT_EVERY = 500_000
+"""Frames between the plain PPO/A2C loops' checkpoints (``plain_checkpoint.pt``, ~10 MB)."""
+
+
 def run_plain_atari(
-    algo: str, game: str, frames: int, seed: int, run_dir: Path, extra: Sequence[str] = ()
+    algo: str,
+    game: str,
+    frames: int,
+    seed: int,
+    run_dir: Path,
+    extra: Sequence[str] = (),
+    resume: bool = False,
 ) -> None:
     import torch
 
@@ -111,12 +135,21 @@ def run_plain_atari(
 
     torch.set_num_threads(1)
     cfg = atari_config(algo, game, frames, seed, str(run_dir), extra)
+    if algo == "dqn" and resume:
+        sys.exit(
+            "benchmarks.learning: the plain DQN loop does not checkpoint (its replay of obs and "
+            "next-obs stacks is 5.6 GB at 100k transitions); start it again"
+        )
+    checkpoint = None
+    if algo != "dqn":
+        checkpoint = pl.Checkpoint(run_dir / "plain_checkpoint.pt", PLAIN_CHECKPOINT_EVERY,
+                                   str(cfg), resume)  # fmt: skip
     envs, steps = pl.batch_layout(cfg)
     per_iter = envs * steps * cfg.env.frameskip
     iterations = pl.iterations_for(cfg)
     (run_dir).mkdir(parents=True, exist_ok=True)
     (run_dir / "settings.txt").write_text(f"{algo} {game} seed {seed} (plain loop)\n{cfg}\n")
-    files = EpisodeFiles(run_dir)
+    files = EpisodeFiles(run_dir, checkpoint.frames if checkpoint and resume else None)
     report_every = max(1, iterations // 200)
 
     def on_iteration(done_frames: int, env) -> None:
@@ -129,9 +162,12 @@ def run_plain_atari(
             line = f"{done_frames:>10,} frames  {done_frames / elapsed:7.0f} frames/s  "
             print(f"{line}episodes {len(files.returns):5d}  last-100 {mean:7.2f}", flush=True)
 
-    loop = {"ppo": pl.plain_ppo, "a2c": pl.plain_a2c, "dqn": pl.plain_dqn}[algo]
     try:
-        loop(cfg, iterations, threads=2, on_iteration=on_iteration)
+        if algo == "dqn":
+            pl.plain_dqn(cfg, iterations, threads=2, on_iteration=on_iteration)
+        else:
+            loop = pl.plain_ppo if algo == "ppo" else pl.plain_a2c
+            loop(cfg, iterations, threads=2, on_iteration=on_iteration, checkpoint=checkpoint)
     finally:
         files.close()
 
@@ -201,7 +237,9 @@ def main(argv: list[str] | None = None) -> None:
     a.add_argument("--frames", type=int, default=2_000_000)
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--run-dir", type=Path, required=True)
-    a.add_argument("--resume", action="store_true", help="accelrl only: resume the run folder")
+    a.add_argument(
+        "--resume", action="store_true", help="continue from the run folder's checkpoint"
+    )
     c = sub.add_parser("compare", help="last-100 table, curves CSV + PNG of run folders")
     c.add_argument("run_dirs", nargs="+", type=Path)
     c.add_argument("-o", "--out", type=Path, default=None, help="path stem for .csv and .png")
@@ -218,10 +256,8 @@ def main(argv: list[str] | None = None) -> None:
     args.recipe_flags = recipe_flags
     if args.mode == "atari":
         if args.impl == "plain":
-            if args.resume:
-                sys.exit("benchmarks.learning: the plain loops do not checkpoint; start again")
             run_plain_atari(args.algo, args.game, args.frames, args.seed, args.run_dir,
-                            args.recipe_flags)  # fmt: skip
+                            args.recipe_flags, args.resume)  # fmt: skip
         else:
             run_accelrl_atari(args.algo, args.game, args.frames, args.seed, args.run_dir,
                               args.resume, args.recipe_flags)  # fmt: skip

@@ -31,7 +31,8 @@ simulators and preprocessing from ``cfg.env``, the batch from ``cfg.collector.st
 ``cfg.seed``. A renamed field fails here with ``AttributeError``; a setting the loop does not
 implement (``life_loss_boundary=False``, A2C with Adam, APPO's V-trace, DQN's Polyak ``tau``)
 raises ``ValueError``. Only what has no recipe counterpart is a parameter: ``iterations`` (stop
-early), ``device``, the simulator ``threads`` and an ``on_iteration`` hook.
+early), ``device``, the simulator ``threads``, an ``on_iteration`` hook and, for PPO and A2C, a
+``Checkpoint`` (long learning runs that span sessions; the DQN loop's replay is not saved).
 
 Every loop returns one ``(frames, seconds)`` record per iteration (collection + update), counted
 from after its setup, as the recipes' ``metrics.csv`` rows; ``steady_fps`` turns either into
@@ -45,8 +46,10 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -310,9 +313,56 @@ class Rollout:
         return adv
 
 
-def _setup(cfg: Any, num_envs: int, threads: int, device: str) -> tuple[VecAtari, torch.device]:
+class Checkpoint:
+    """Model, optimizer, frames done and torch's RNG of a plain PPO or A2C loop, saved to ``path``
+    every ``every_frames`` (to a temporary file, then renamed: a kill leaves the previous one
+    whole) and restored by a loop given this object. A vector env cannot be saved, so a resumed
+    loop starts new episodes, its simulators seeded with ``seed + iterations done`` (what the
+    recipes do on ``--resume``). ``settings`` (the config's text) must match on resume."""
+
+    def __init__(self, path: Path, every_frames: int, settings: str, resume: bool) -> None:
+        self.path, self.every, self.settings = Path(path), every_frames, settings
+        self.state: dict[str, Any] | None = None
+        if self.path.exists() and not resume:
+            raise SystemExit(
+                f"{self.path} exists: pass --resume to continue that run, or use a new run folder"
+            )
+        if resume:
+            if not self.path.exists():
+                raise SystemExit(f"--resume: no checkpoint at {self.path}; start without --resume")
+            self.state = torch.load(self.path, map_location="cpu", weights_only=True)
+            if self.state["settings"] != settings:
+                raise SystemExit(
+                    f"--resume: {self.path} was written with other settings:\n"
+                    f"{self.state['settings']}\nnow:\n{settings}"
+                )
+        self.frames = int(self.state["frames"]) if self.state else 0
+        self.saved = self.frames
+
+    def restore(self, model: nn.Module, opt: torch.optim.Optimizer) -> None:
+        if self.state is not None:
+            model.load_state_dict(self.state["model"])
+            opt.load_state_dict(self.state["optimizer"])
+            torch.set_rng_state(self.state["rng"])
+            self.state = None
+
+    def step(self, frames: int, model: nn.Module, opt: torch.optim.Optimizer) -> None:
+        """Saves when ``every_frames`` have passed since the last save."""
+        if frames - self.saved < self.every:
+            return
+        state = {"frames": frames, "model": model.state_dict(), "optimizer": opt.state_dict(),
+                 "rng": torch.get_rng_state(), "settings": self.settings}  # fmt: skip
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, self.path)
+        self.saved = frames
+
+
+def _setup(
+    cfg: Any, num_envs: int, threads: int, device: str, done_iterations: int = 0
+) -> tuple[VecAtari, torch.device]:
     torch.manual_seed(cfg.seed)
-    env = VecAtari(cfg.env, num_envs, threads, cfg.seed)
+    env = VecAtari(cfg.env, num_envs, threads, cfg.seed + done_iterations)
     return env, torch.device(device)
 
 
@@ -324,25 +374,31 @@ def plain_ppo(
     device: str = "cpu",
     threads: int = 1,
     on_iteration: Callable[[int, VecAtari], None] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> list[Record]:
     """PPO with ``cfg``'s settings (``cfg.<section>``: ``ppo``, or ``appo`` for APPO's PPO
-    objective) for ``iterations`` batches (default: until ``cfg.total_frames``)."""
+    objective) for ``iterations`` batches (default: until ``cfg.total_frames``; a resumed
+    ``checkpoint`` counts the batches it has done)."""
     p = getattr(cfg, section)
     require(section, p, life_loss_boundary=True)
     if section == "appo":
         require(section, p, vtrace=False)
     num_envs, steps = batch_layout(cfg)
     iterations = iterations_for(cfg) if iterations is None else iterations
-    env, dev = _setup(cfg, num_envs, threads, device)
+    per_iter = num_envs * steps * cfg.env.frameskip
+    frames = checkpoint.frames if checkpoint else 0
+    env, dev = _setup(cfg, num_envs, threads, device, frames // per_iter)
     model = ActorCritic(env.num_actions, cfg.env.frame_stack, cfg.env.screen_size).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=p.lr, eps=p.adam_eps)
+    if checkpoint:
+        checkpoint.restore(model, opt)
     rollout = Rollout(env, model, steps, dev)
     n = num_envs * steps
     mb = n // p.minibatches
     records: list[Record] = []
-    frames, start = 0, time.perf_counter()
+    start = time.perf_counter()
     try:
-        for _ in range(iterations):
+        for _ in range(frames // per_iter, iterations):
             remaining = max(0.0, 1.0 - frames / cfg.total_frames)
             for group in opt.param_groups:
                 group["lr"] = p.lr * (remaining if p.anneal_lr else 1.0)
@@ -386,6 +442,8 @@ def plain_ppo(
             records.append((frames, time.perf_counter() - start))
             if on_iteration is not None:
                 on_iteration(frames, env)
+            if checkpoint:
+                checkpoint.step(frames, model, opt)
     finally:
         env.close()
     return records
@@ -398,14 +456,17 @@ def plain_a2c(
     device: str = "cpu",
     threads: int = 1,
     on_iteration: Callable[[int, VecAtari], None] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> list[Record]:
     """A2C with ``cfg``'s settings (``cfg.a2c``) for ``iterations`` batches (default: until
-    ``cfg.total_frames``)."""
+    ``cfg.total_frames``; a resumed ``checkpoint`` counts the batches it has done)."""
     a = cfg.a2c
     require("a2c", a, life_loss_boundary=True)
     num_envs, steps = batch_layout(cfg)
     iterations = iterations_for(cfg) if iterations is None else iterations
-    env, dev = _setup(cfg, num_envs, threads, device)
+    per_iter = num_envs * steps * cfg.env.frameskip
+    frames = checkpoint.frames if checkpoint else 0
+    env, dev = _setup(cfg, num_envs, threads, device, frames // per_iter)
     model = ActorCritic(env.num_actions, cfg.env.frame_stack, cfg.env.screen_size).to(dev)
     if a.optimizer == "adam":
         opt = torch.optim.Adam(model.parameters(), lr=a.lr, eps=a.eps)
@@ -415,12 +476,14 @@ def plain_a2c(
         from benchmarks.plain_classic import RMSpropTF
 
         opt = RMSpropTF(model.parameters(), lr=a.lr, alpha=a.rms_alpha, eps=a.eps)
+    if checkpoint:
+        checkpoint.restore(model, opt)
     rollout = Rollout(env, model, steps, dev)
     n = num_envs * steps
     records: list[Record] = []
-    frames, start = 0, time.perf_counter()
+    start = time.perf_counter()
     try:
-        for _ in range(iterations):
+        for _ in range(frames // per_iter, iterations):
             remaining = max(0.0, 1.0 - frames / cfg.total_frames)
             for group in opt.param_groups:
                 group["lr"] = a.lr * (remaining if a.anneal_lr else 1.0)
@@ -444,6 +507,8 @@ def plain_a2c(
             records.append((frames, time.perf_counter() - start))
             if on_iteration is not None:
                 on_iteration(frames, env)
+            if checkpoint:
+                checkpoint.step(frames, model, opt)
     finally:
         env.close()
     return records

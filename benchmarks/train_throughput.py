@@ -207,6 +207,21 @@ def describe(spec: TrainSpec, cfg: Any) -> str:
     )
 
 
+def probe_batches(spec: TrainSpec, cfg: Any, plan: Any) -> int:
+    """Batches at the start of a synchronous recipe run during which
+    ``accelrl.collect.UpdateThreads`` is still probing thread counts (whole collections and
+    updates at the count being tried; repeated every 500 updates, 0.4-2% of a long run): 0
+    where nothing is probed (asynchronous kinds, DQN's replay feeder, a fixed count). The
+    train rows report steady state, so the recipe runs these batches on top of the warm-up and
+    they are left out of its rate (``benchmarks.learner_speed`` does the same)."""
+    from accelrl.process import learner_threads
+
+    overlapped = spec.section == "dqn" and cfg.dqn.asynchronous
+    if getattr(cfg.collector, "kind", "sync") != "sync" or overlapped:
+        return 0
+    return learner_threads(cfg, plan, overlapped).probe_phase()
+
+
 def bench_spec(
     spec: TrainSpec,
     game: str,
@@ -221,7 +236,8 @@ def bench_spec(
     The plain loop runs at the recipe's learner share of torch threads and, where the recipe's
     synchronous updates may use more (``ThreadPlan.update_torch``), at that count too; the
     ratio is against the faster of the two (the plain loop at its best, as the recipe picks its
-    update threads by measurement)."""
+    update threads by measurement). The recipe's rate also leaves out its first thread probe
+    (``probe_batches``, run on top of the warm-up)."""
     from accelrl.collect import plan_threads
 
     warmup = spec.warmup[quick]
@@ -229,6 +245,7 @@ def bench_spec(
     plan = plan_threads(probe.threads, probe.collector.num_workers)
     counts = sorted({plan.learner_torch, plan.update_torch or plan.learner_torch})
     plains = {f"plain@{n}": n for n in counts}
+    probing = probe_batches(spec, probe, plan)
     rates: dict[str, list[float]] = {"recipe": [], **{name: [] for name in plains}}
     details: dict[str, Any] = {}
     t0 = time.perf_counter()
@@ -238,11 +255,13 @@ def bench_spec(
             run_dir = tempfile.mkdtemp(prefix=f"bench_{spec.name}_")
             cfg = make_config(spec, game, device, quick, run_dir, num_envs)
             if which == "recipe":
+                cfg.total_frames += probing * cfg.collector.steps_per_batch * cfg.env.frameskip
                 records = run_recipe(spec, cfg)
+                rates[which].append(steady_fps(records, warmup + probing))
             else:
                 shutil.rmtree(run_dir, ignore_errors=True)
                 records = plain_runner(spec, cfg, seed=r, torch_threads=plains[which])()
-            rates[which].append(steady_fps(records, warmup))
+                rates[which].append(steady_fps(records, warmup))
             details["config"] = describe(spec, cfg)
             details.setdefault(f"records_{which}", []).append(records)
         if verbose:
@@ -262,6 +281,7 @@ def bench_spec(
         "ratio": median_ratio(rates["recipe"], rates[best]),
         "per_round": rates,
         "warmup_iterations": warmup,
+        "recipe_probe_iterations": probing,
         "iterations": spec.iterations[quick],
         "seconds": time.perf_counter() - t0,
         **details,

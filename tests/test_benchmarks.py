@@ -4,6 +4,7 @@ config. Benchmarks are not tests: nothing here asserts a speed or a met target."
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
@@ -124,10 +125,11 @@ def test_train_rows_compare_with_the_plain_loop_at_its_best_thread_count(monkeyp
     )
     monkeypatch.setattr(collect, "plan_threads", lambda *a, **k: plan)
 
-    def records(fps: float) -> list[tuple[int, float]]:
-        return [(i * 1000, i * 1000 / fps) for i in range(1, 8)]
+    def records(fps: float, n: int = 7) -> list[tuple[int, float]]:
+        return [(i * 1000, i * 1000 / fps) for i in range(1, n + 1)]
 
-    monkeypatch.setattr(tt, "run_recipe", lambda spec, cfg: records(100.0))
+    # The recipe runs its first thread probe on top (test below).
+    monkeypatch.setattr(tt, "run_recipe", lambda spec, cfg: records(100.0, 16))
     seen = []
 
     def plain_runner(spec, cfg, seed, torch_threads=None):
@@ -141,6 +143,48 @@ def test_train_rows_compare_with_the_plain_loop_at_its_best_thread_count(monkeyp
     assert res["plain_best"] == "plain@2"
     assert res["plain_fps"] == pytest.approx(80.0)
     assert res["ratio"] == pytest.approx(1.25)
+
+
+def test_train_rows_leave_out_the_recipes_first_thread_probe(monkeypatch):
+    """A synchronous run's first batches probe 1 and 2 threads for whole updates and
+    collections; the train row runs them on top of the warm-up and leaves them out of the
+    recipe's rate (a 4-batch PPO row had measured little but the probe)."""
+    from accelrl import collect
+    from benchmarks import train_throughput as tt
+
+    plan = collect.ThreadPlan(
+        cores=2, learner_torch=1, worker_torch=1, sim_threads=2, update_torch=2
+    )
+    monkeypatch.setattr(collect, "plan_threads", lambda *a, **k: plan)
+    spec = next(s for s in tt.SPECS if s.name == "ppo")
+    batch = tt.make_config(spec, "Pong", "cpu", quick=True, run_dir="unused")
+    frames = batch.collector.steps_per_batch * batch.env.frameskip
+    probing = tt.probe_batches(spec, batch, plan)
+    # Updates: warm-up, then 2 probes of each count; collections: from the second on, 4 each.
+    assert probing == 10
+    fixed = collect.ThreadPlan(cores=2, learner_torch=2, worker_torch=2, sim_threads=2)
+    assert tt.probe_batches(spec, batch, fixed) == 0  # one count: nothing to probe
+    dqn = next(s for s in tt.SPECS if s.name == "dqn")
+    dqn_cfg = tt.make_config(dqn, "Pong", "cpu", quick=True, run_dir="unused")
+    assert tt.probe_batches(dqn, dqn_cfg, plan) == 10
+    dqn_cfg.dqn.asynchronous = True  # the replay feeder collects during updates: one count
+    assert tt.probe_batches(dqn, dqn_cfg, plan) == 0
+    slow = spec.warmup[True] + probing
+
+    def recipe(spec, cfg):  # warm-up and probe batches at 10 frames/s, then 100 frames/s
+        n = cfg.total_frames // frames
+        times = itertools.accumulate(frames / (10.0 if i < slow else 100.0) for i in range(n))
+        return [((i + 1) * frames, t) for i, t in enumerate(times)]
+
+    def plain_runner(spec, cfg, seed, torch_threads=None):
+        n = cfg.total_frames // frames
+        return lambda: [((i + 1) * frames, (i + 1) * frames / 100.0) for i in range(n)]
+
+    monkeypatch.setattr(tt, "run_recipe", recipe)
+    monkeypatch.setattr(tt, "plain_runner", plain_runner)
+    res = tt.bench_spec(spec, "Pong", "cpu", quick=True, rounds=1, verbose=False)
+    assert res["recipe_probe_iterations"] == 10
+    assert res["ratio"] == pytest.approx(1.0)
 
 
 def test_replay_sample_benchmark_times_both_sides(tmp_path):

@@ -129,6 +129,51 @@ def test_update_threads_probe_only_the_first_steps_of_an_update(faster):
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("faster", [1, 2])
+def test_update_threads_measure_in_process_collection_too(faster):
+    """``probe_collection``: from the second collection after the warm-up update on, 8 of them
+    alternate 1 and 2 threads (each timed from the end of one update to the start of the
+    next); the faster is kept for the collections after, independently of the updates' own
+    choice."""
+    plan = plan_threads(ThreadsConfig(), num_workers=0, cores=2)
+    chooser = UpdateThreads(plan, probes=2, probe_every=20, probe_collection=True)
+    before = torch.get_num_threads()
+    slow = 3 - faster
+    collected = []
+    try:
+        torch.set_num_threads(plan.learner_torch)
+        for _ in range(13):
+            collected.append(torch.get_num_threads())  # a collection at this count
+            time.sleep(0.004 * (3 if torch.get_num_threads() == slow else 1))
+            with chooser():
+                time.sleep(0.004 * (3 if torch.get_num_threads() == 2 else 1))  # 1 is faster
+        # Before any update, and after the warm-up update: the collection share.
+        assert collected[:2] == [plan.learner_torch] * 2
+        assert collected[2:10] == [1, 2] * 4, collected  # 4 probes of each
+        assert chooser.collect == faster and collected[10:] == [faster] * 3, collected
+        assert chooser.probe_phase() == 10
+        assert chooser.choice == 1  # the updates' own measurement
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_learner_probes_collection_threads_only_for_in_process_sync_collection():
+    from accelrl.process import learner_threads
+    from recipes.ppo_atari import Config
+
+    plan = plan_threads(ThreadsConfig(), num_workers=0, cores=2)
+    for kind, workers, overlapped, probed in (
+        ("sync", 0, False, True),
+        ("sync", 2, False, False),  # workers act for their simulators
+        ("async", 2, False, False),
+        ("sync", 0, True, False),  # DQN's replay feeder collects during updates
+    ):
+        cfg = Config()
+        cfg.collector.kind, cfg.collector.num_workers = kind, workers
+        candidates = learner_threads(cfg, plan, overlapped)._collect_candidates
+        assert candidates == ([1, 2] if probed else [1]), (kind, workers, overlapped)
+
+
 def force_action(model, action: int) -> None:
     head = model.get_policy_head().module[0].module[-1]
     with torch.no_grad():

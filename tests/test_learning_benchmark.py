@@ -188,3 +188,45 @@ def test_compare_reads_both_kinds_and_writes_curves(tmp_path):
     assert (tmp_path / "out" / "cmp.png").stat().st_size > 0
     with open(tmp_path / "out" / "cmp.csv") as fh:
         assert len(fh.read().splitlines()) == 1 + 300
+
+
+def test_plain_a2c_loop_resumes_from_its_checkpoint(tmp_path):
+    import torch
+
+    from benchmarks import plain_loops as pl
+
+    cfg = learning.atari_config("a2c", "Pong", 10_000, seed=0, run_dir=str(tmp_path))
+    envs, steps = pl.batch_layout(cfg)
+    per_iter = envs * steps * cfg.env.frameskip
+    path = tmp_path / "plain_checkpoint.pt"
+    first = pl.plain_a2c(cfg, 2, checkpoint=pl.Checkpoint(path, per_iter, str(cfg), False))
+    assert torch.load(path, weights_only=True)["frames"] == 2 * per_iter == first[-1][0]
+    with pytest.raises(SystemExit, match="--resume"):  # a finished or killed run is not redone
+        pl.Checkpoint(path, per_iter, str(cfg), resume=False)
+    with pytest.raises(SystemExit, match="other settings"):
+        pl.Checkpoint(path, per_iter, str(cfg).replace("seed=0", "seed=1"), resume=True)
+    resumed = pl.plain_a2c(cfg, 4, checkpoint=pl.Checkpoint(path, per_iter, str(cfg), True))
+    # The resumed loop runs batches 3 and 4 only, on the restored optimizer (Adam's step count
+    # goes on from 2), and saves again.
+    assert [f for f, _ in resumed] == [3 * per_iter, 4 * per_iter]
+    state = torch.load(path, weights_only=True)
+    assert state["frames"] == 4 * per_iter
+    assert int(state["optimizer"]["state"][0]["step"]) == 4
+
+
+def test_episode_files_resume_drops_the_rows_after_the_checkpoint(tmp_path):
+    with open(tmp_path / "episodes.csv", "w") as fh:
+        fh.write("frames,return,length\n100,1.0,10\n200,2.0,10\n300,9.0,10\n")
+    with open(tmp_path / "metrics.csv", "w") as fh:
+        fh.write("frames,time_s,episodes,return_mean100\n100,5.0,1,1\n200,10.0,2,1.5\n300,15,3,4\n")
+    files = learning.EpisodeFiles(tmp_path, resume_frames=200)
+    assert files.returns == [1.0, 2.0]
+    files.iteration(300, [(4.0, 10)])
+    files.close()
+    with open(tmp_path / "episodes.csv") as fh:
+        assert [r["return"] for r in csv.DictReader(fh)] == ["1.0", "2.0", "4.0"]
+    with open(tmp_path / "metrics.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["frames"] for r in rows] == ["100", "200", "300"]
+    assert float(rows[-1]["return_mean100"]) == pytest.approx(7 / 3, rel=1e-3)
+    assert 10.0 <= float(rows[-1]["time_s"]) < 60.0  # the clock goes on from the kept rows
