@@ -86,10 +86,10 @@ class UpdateThreads:
     ``probe_collection`` (simulators stepped in the learner process, synchronously): the
     collection between two updates (the time from the end of one update to the start of the
     next: the simulators' steps, the policy's batched inference, logging) is probed the same
-    way, one collection per slot of the same windows, so the policy's forward passes use every
-    core when the simulators' threads leave them idle (PPO on SpaceInvaders, idle 2-core
-    machine: 1,143 frames/s with 2 threads for both phases vs 946 with collection at 1) and
-    keep one next to a busy process.
+    way, with twice the probes per count from the second collection after the warm-up update
+    on (``_collect_slot``), so the policy's forward passes use every core when the simulators'
+    threads leave them idle (PPO on SpaceInvaders, idle 2-core machine: 1,143 frames/s with 2
+    threads for both phases vs 946 with collection at 1) and keep one next to a busy process.
     """
 
     def __init__(
