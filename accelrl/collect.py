@@ -107,6 +107,9 @@ class UpdateThreads:
         self.count = 0
         self._times: dict[int, list[float]] = {c: [] for c in self.candidates}
         self._collect_candidates = self.candidates if probe_collection else [self.collect]
+        # Collections are shorter and noisier than updates (A2C on Pong: ~80 ms, +-10%): twice
+        # the probes per count.
+        self.collect_probes = 2 * probes
         self._collect_times: dict[int, list[float]] = {c: [] for c in self._collect_candidates}
         self._collecting: tuple[int, float] | None = None  # (threads, start) of a timed one
 
@@ -127,16 +130,15 @@ class UpdateThreads:
         return self._slot(self.candidates, self.choice, self.probes, 1)
 
     def _collect_slot(self) -> tuple[int, bool]:
-        # Collections are shorter and noisier than updates (A2C on Pong: ~80 ms, +-10%):
-        # twice the probes each, from the second collection after the warm-up update on (the
-        # first still pays for first calls: the first logged row, the first episode ends).
-        return self._slot(self._collect_candidates, self.collect, 2 * self.probes, 2)
+        # From the second collection after the warm-up update on (the first still pays for
+        # first calls: the first logged row, the first episode ends).
+        return self._slot(self._collect_candidates, self.collect, self.collect_probes, 2)
 
     def probe_phase(self) -> int:
         """Updates from the start (warm-up included) until both choices are made."""
         updates = 1 + self.probes * len(self.candidates) if len(self.candidates) > 1 else 0
         n = len(self._collect_candidates)
-        collections = 2 + 2 * self.probes * n if n > 1 else 0
+        collections = 2 + self.collect_probes * n if n > 1 else 0
         return max(updates, collections)
 
     def _next(self) -> tuple[int, bool]:
@@ -146,7 +148,12 @@ class UpdateThreads:
             self._collecting = None
             elapsed = time.perf_counter() - start
             self.collect = self._decide(
-                "collection", self._collect_times, threads, elapsed, self.collect, 2 * self.probes
+                "collection",
+                self._collect_times,
+                threads,
+                elapsed,
+                self.collect,
+                self.collect_probes,
             )
         return self._update_slot()
 
