@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from accelrl.progress import AwakeClock
+
 EPISODE_KEYS = [("next", "done"), ("next", "episode_return"), ("next", "episode_length")]
 
 
@@ -137,7 +139,7 @@ class ReplayFeeder:
         """The episode stats of the next collected batch (``("next", done / episode_return /
         episode_length)``), waiting for it."""
         with self._cond:
-            if not self._cond.wait_for(lambda: self._batches or self._error, timeout=timeout):
+            if not AwakeClock().wait_for(self._cond, lambda: self._batches or self._error, timeout):
                 raise FeederError(f"no batch collected within {timeout:.0f} s")
             self._raise_if_failed()
             return self._batches.popleft()
@@ -149,7 +151,8 @@ class ReplayFeeder:
     def sample(self, batch_size: int, beta: float | None = None, timeout: float = 600.0):
         """A replay sample once the throttle allows it (the learner may not run ahead)."""
         with self._cond:
-            ok = self._cond.wait_for(
+            ok = AwakeClock().wait_for(
+                self._cond,
                 lambda: (
                     self._error is not None
                     or (
@@ -158,7 +161,7 @@ class ReplayFeeder:
                         <= self.intensity * (self.collected - self.learning_starts) + self.slack
                     )
                 ),
-                timeout=timeout,
+                timeout,
             )
             self._raise_if_failed()
             if not ok:

@@ -35,6 +35,7 @@ from accelrl.config import (
     rows_per_batch,
 )
 from accelrl.envs import make_env
+from accelrl.progress import AwakeClock
 from accelrl.samplers import AlternatingCollector, BatchedInferenceCollector
 
 log = logging.getLogger("accelrl")
@@ -447,7 +448,8 @@ class WatchedCollector:
     TorchRL's ``MultiSyncCollector`` waits forever for a worker that was killed (found here:
     SIGKILL on a worker mid-run left the learner blocked with no CPU use). A watchdog thread
     checks the worker processes every second and how long the current wait for a batch has
-    lasted (not the learner's time between batches); on a failure
+    lasted (not the learner's time between batches, nor time the job spent suspended: an
+    ``AwakeClock``); on a failure
     it records the reason and sends SIGUSR1 to the main thread, whose handler raises
     ``CollectorFailure`` there (a blocked wait is interrupted too). ``shutdown`` then kills the
     remaining workers before TorchRL's own shutdown, bounded in time, so nothing is left behind.
@@ -461,7 +463,8 @@ class WatchedCollector:
         # The first batch includes starting the workers and their simulators.
         self.startup_timeout_s = startup_timeout_s or 5 * stall_timeout_s
         self.failure: str | None = None
-        self._last = time.monotonic()  # since the wait for the next batch began
+        self._clock = AwakeClock(tick_s=1.0)  # ticked by the watchdog
+        self._last = self._clock.now()  # since the wait for the next batch began
         self._waiting = True  # start-up counts: the first wait begins now
         self._batches = 0
         self._stop = threading.Event()
@@ -485,7 +488,7 @@ class WatchedCollector:
         batches = iter(self.inner)
         try:
             while True:
-                self._last = time.monotonic()
+                self._last = self._clock.now()
                 self._waiting = True
                 try:
                     batch = next(batches)
@@ -525,10 +528,11 @@ class WatchedCollector:
         return None
 
     def _watch(self) -> None:
-        while not self._stop.wait(1.0):
+        while not self._stop.wait(self._clock.tick_s):
+            self._clock.tick()
             reason = self._dead_worker()
             limit = self.stall_timeout_s if self._batches else self.startup_timeout_s
-            silent = time.monotonic() - self._last if self._waiting else 0.0
+            silent = self._clock.now() - self._last if self._waiting else 0.0
             if reason is None and silent > limit:
                 reason = f"the collector produced no batch for {silent:.0f} s (limit {limit:.0f} s)"
             if reason is not None:

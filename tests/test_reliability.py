@@ -374,6 +374,94 @@ def test_watchdog_does_not_count_the_learners_time_with_a_batch():
         watched.shutdown()
 
 
+SUSPENDED_RUN = """
+import time
+from accelrl.collect import WatchedCollector
+
+class Steady:
+    # Batches of 0.3 s of CPU work each: a stopped process does no work (a sleep would end the
+    # moment the process continues).
+    def __iter__(self):
+        while True:
+            start = time.process_time()
+            while time.process_time() - start < 0.3:
+                pass
+            yield {}
+
+    def shutdown(self):
+        pass
+
+watched = WatchedCollector(Steady(), stall_timeout_s=3.0, startup_timeout_s=3.0)
+print("ready", flush=True)
+start = time.monotonic()
+for _ in watched:
+    if time.monotonic() - start > 14:
+        break
+watched.shutdown()
+print("finished" if watched.failure is None else watched.failure, flush=True)
+"""
+
+
+def test_a_suspended_run_is_not_a_stalled_collector():
+    """SIGSTOP / SIGCONT (Ctrl-Z and fg, SLURM's suspend and gang scheduling) longer than the
+    stall limit: the run goes on. Counting wall time, the watchdog ended it on SIGCONT (a run
+    stopped for four minutes: "no batch for 250 s (limit 60 s)")."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SUSPENDED_RUN],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(9.0)  # three times the stall limit
+        proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert out.strip() == "finished", err[-2000:]
+
+
+def test_awake_clock_leaves_out_a_pause_and_times_waits_in_awake_seconds(monkeypatch):
+    """The clock behind the watchdog and the asynchronous replay's waits, on a fake monotonic
+    clock: a gap between ticks beyond the grace counts one tick; a shorter delay counts whole."""
+    from accelrl import progress
+
+    fake = {"t": 100.0}
+    monkeypatch.setattr(progress.time, "monotonic", lambda: fake["t"])
+    clock = progress.AwakeClock(tick_s=1.0, grace_s=4.0)
+    start = clock.now()
+    for gap in (1.0, 1.0, 3.5, 1.0):  # 3.5: a busy machine, within the grace
+        fake["t"] += gap
+        clock.tick()
+    assert clock.now() - start == pytest.approx(6.5)
+    fake["t"] += 300.0  # stopped for five minutes
+    assert clock.now() - start == pytest.approx(7.5)  # continuous before the next tick
+    clock.tick()
+    assert clock.now() - start == pytest.approx(7.5)
+    assert clock.lost == pytest.approx(299.0)
+
+    class Cond:
+        """A condition whose third wait spans a ten-minute suspension."""
+
+        def __init__(self) -> None:
+            self.waits: list[float] = []
+
+        def wait(self, seconds: float) -> None:
+            self.waits.append(seconds)
+            fake["t"] += seconds + (600.0 if len(self.waits) == 3 else 0.0)
+
+    cond = Cond()
+    clock = progress.AwakeClock(tick_s=1.0, grace_s=4.0)
+    assert not clock.wait_for(cond, lambda: False, timeout=5.0)
+    assert sum(cond.waits) == pytest.approx(5.0)  # five awake seconds, the pause not counted
+    ready = iter([False, False, "batch"])
+    assert progress.AwakeClock().wait_for(cond, lambda: next(ready), timeout=60.0) == "batch"
+
+
 @pytest.mark.parametrize("policy", ["stop", "skip"])
 def test_nonfinite_gradient_norm_with_a_finite_loss(monkeypatch, policy):
     from accelrl.algos import common
