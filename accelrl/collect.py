@@ -278,10 +278,20 @@ def core_shortfall(cores: int, env_cfg: EnvConfig, cfg: CollectorConfig) -> str 
 
 
 def _worker_env(
-    env_cfg: EnvConfig, num_envs: int, seed: int, sim_threads: int, torch_threads: int
+    env_cfg: EnvConfig,
+    num_envs: int,
+    seed: int,
+    sim_threads: int,
+    torch_threads: int,
+    in_worker: bool = False,
 ) -> EnvBase:
     # Runs inside each collector worker: the thread budget must be set in that process.
     torch.set_num_threads(torch_threads)
+    if in_worker and threading.current_thread() is threading.main_thread():
+        # A terminal's Ctrl-C reaches the whole process group: the learner stops after the
+        # batch with a checkpoint (``accelrl.process.StopSignals``) and needs that batch; the
+        # learner ends the workers itself (TorchRL's workers exit on a KeyboardInterrupt).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     return make_env(env_cfg, seed=seed, num_envs=num_envs, sim_threads=sim_threads)
 
 
@@ -305,6 +315,7 @@ def env_factory(
         seed,
         plan.sim_threads if sim_threads is None else sim_threads,
         torch_threads,
+        in_worker,
     )
 
 

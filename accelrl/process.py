@@ -31,10 +31,14 @@ log = logging.getLogger("accelrl")
 
 
 class StopSignals:
-    """SIGTERM / SIGUSR2 (SLURM's warnings before a time limit or preemption) ask the run to
-    stop at the next batch boundary; the recipe checks ``requested()`` once per batch, writes a
-    checkpoint and calls ``hand_over()``, which runs the handler installed before ours
-    (submitit's, which requeues the job). Installed only from the main thread."""
+    """SIGTERM / SIGUSR2 (SLURM's warnings before a time limit or preemption) and a first
+    Ctrl-C (SIGINT) ask the run to stop at the next batch boundary; the recipe checks
+    ``requested()`` once per batch, writes a checkpoint and calls ``hand_over()``, which runs the
+    handler installed before ours for SIGTERM / SIGUSR2 (submitit's, which requeues the job).
+    A second Ctrl-C stops at once (``KeyboardInterrupt``, no checkpoint). Collector worker
+    processes ignore SIGINT (``accelrl.collect``), so a terminal's Ctrl-C, which reaches the
+    whole process group, leaves them to finish the batch. Installed only from the main thread;
+    ``restore()`` puts the earlier handlers back."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -42,11 +46,23 @@ class StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGUSR2):
                 self._previous[sig] = signal.signal(sig, self._on_signal)
+            self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._on_interrupt)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         # submitit's preemption sends SIGTERM then USR2; USR2 is the one that requeues.
         if self.signum != signal.SIGUSR2:
             self.signum = signum
+
+    def _on_interrupt(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt  # asked twice: stop now
+        self.signum = signum
+        print(
+            "\naccelrl: Ctrl-C: stopping after this batch with a checkpoint "
+            "(Ctrl-C again to stop at once, without one)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def requested(self) -> bool:
         """True on every rank as soon as any rank received a stop signal (one all-reduce)."""
@@ -60,11 +76,12 @@ class StopSignals:
 
     def hand_over(self) -> int:
         """Restore the earlier handlers and run the one for our signal (submitit: checkpoint
-        and requeue, then exit); returns the signal number when that handler returns."""
+        and requeue, then exit); returns the signal number when that handler returns. Not for
+        Ctrl-C: Python's own SIGINT handler would raise ``KeyboardInterrupt``."""
         signum = self.signum or signal.SIGTERM
         previous = self._previous.get(signum)
         self.restore()
-        if callable(previous):
+        if callable(previous) and signum != signal.SIGINT:
             previous(signum, None)
         return signum
 

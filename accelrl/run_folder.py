@@ -52,7 +52,7 @@ class Stateful(Protocol):
 
 
 class RunInterrupted(Exception):
-    """The run stopped on SIGTERM / SIGUSR2 after writing a checkpoint."""
+    """The run stopped on SIGTERM / SIGUSR2 / a first Ctrl-C after writing a checkpoint."""
 
     def __init__(self, signum: int, frames: int, checkpoint: Path | None) -> None:
         self.signum, self.frames, self.checkpoint = signum, frames, checkpoint

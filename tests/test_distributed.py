@@ -119,6 +119,54 @@ def test_signal_writes_a_checkpoint_and_exits_then_resume_finishes(tmp_path, sig
     assert frames_col == list(range(64, frames + 640 + 1, 64)), "no duplicated or missing rows"
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_ctrl_c_stops_after_the_batch_with_a_checkpoint(tmp_path, workers):
+    """Ctrl-C in a terminal reaches the whole process group, collector workers included: the
+    run finishes its batch, writes a checkpoint and exits 130 with the --resume hint (before,
+    it exited at once and lost everything since the last periodic checkpoint)."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, str(REPO / "recipes" / "ppo_atari.py"), *CARTPOLE,
+           "--collector.num-workers", str(workers), "--total-frames", "1000000",
+           "--run-dir", str(run)]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )  # fmt: skip
+    try:
+        metrics = run / "metrics.csv"
+        assert wait_for(lambda: metrics.exists() and metrics.read_text().count("\n") > 3, 120)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Ctrl-C: stopping after this batch with a checkpoint" in err
+    line = next(x for x in err.splitlines() if x.startswith("accelrl: stopped by SIGINT"))
+    assert "continue with --resume" in line
+    frames = int(line.split(" at ")[1].split()[0])
+    ckpts = sorted((run / "checkpoints").glob("ckpt_*.pt"))
+    assert ckpts and ckpts[-1].name == f"ckpt_{frames:012d}.pt"
+    assert metrics.read_text().count("\n") - 1 == frames // 64
+
+
+def test_a_second_ctrl_c_stops_at_once_and_handlers_are_restored():
+    from accelrl.process import StopSignals
+
+    before = signal.getsignal(signal.SIGINT)
+    stops = StopSignals()
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)  # the handler runs between bytecodes of the main thread
+        assert stops.signum == signal.SIGINT and stops.requested()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+    finally:
+        stops.restore()
+    assert signal.getsignal(signal.SIGINT) is before
+
+
 def start_ranks(tmp_path, extra: list[str], world: int = 2) -> list[subprocess.Popen]:
     """``world`` ranks of the PPO recipe started as torchrun would (its environment variables),
     without torchrun's agent, which would itself kill the survivors of a dead rank."""

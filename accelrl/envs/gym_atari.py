@@ -20,6 +20,9 @@ seeded ``seed + i`` (also after ``env.set_seed(seed)``).
 from __future__ import annotations
 
 import functools
+import os
+import signal
+import threading
 
 import gymnasium as gym
 import numpy as np
@@ -210,9 +213,16 @@ class _AtariParallelEnv(ParallelEnv):
             torch.set_num_threads(threads)
 
 
-def make_worker_env(cfg: EnvConfig, *, seed: int, worker_index: int) -> AtariWorkerEnv:
-    """Picklable factory run in each ``ParallelEnv`` worker (and once in the parent for specs)."""
+def make_worker_env(
+    cfg: EnvConfig, *, seed: int, worker_index: int, parent_pid: int = -1
+) -> AtariWorkerEnv:
+    """Picklable factory run in each ``ParallelEnv`` worker (and once in the parent, the
+    process ``parent_pid``, for specs)."""
     torch.set_num_threads(1)
+    if os.getpid() != parent_pid and threading.current_thread() is threading.main_thread():
+        # A terminal's Ctrl-C reaches every process of the group; the learner decides when to
+        # stop (``accelrl.process.StopSignals``) and closes its workers itself.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     return AtariWorkerEnv(cfg, worker_index=worker_index, seed=seed)
 
 
@@ -226,7 +236,7 @@ def make_gym_atari_env(cfg: EnvConfig, num_envs: int, *, seed: int) -> EnvBase:
     try:
         return _AtariParallelEnv(
             num_envs,
-            functools.partial(make_worker_env, cfg, seed=seed),
+            functools.partial(make_worker_env, cfg, seed=seed, parent_pid=os.getpid()),
             create_env_kwargs=[{"worker_index": i} for i in range(num_envs)],
             mp_start_method="spawn",
             num_sub_threads=1,
