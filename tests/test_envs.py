@@ -291,6 +291,35 @@ def test_gym_worker_seeds():
     assert not torch.equal(play(0, 0), reference)
 
 
+WORKER_SIGINT = """
+import os, signal, sys
+from accelrl.config import EnvConfig
+from accelrl.envs.gym_atari import make_worker_env
+parent = int(sys.argv[1]) if len(sys.argv) > 1 else None
+make_worker_env(EnvConfig(game="Pong", backend="gym"), seed=0, worker_index=0, parent_pid=parent)
+print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+"""
+
+
+def test_gym_workers_ignore_ctrl_c_and_the_parent_does_not():
+    """A terminal's Ctrl-C reaches every ParallelEnv worker; the learner alone decides when to
+    stop (``accelrl.process.StopSignals``). The factory also runs in the parent (for specs),
+    which must keep its SIGINT handler."""
+    import os
+    import subprocess
+    import sys
+
+    def ignores(*args: str) -> str:
+        cmd = [sys.executable, "-c", WORKER_SIGINT, *args]
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+
+    assert ignores(str(os.getpid())) == "True"  # a worker: its parent made the factory
+    assert ignores() == "False"  # no parent pid given: nothing changes
+    code = WORKER_SIGINT.replace("int(sys.argv[1])", "os.getpid()")
+    out = subprocess.run([sys.executable, "-c", code, "x"], capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr  # the parent itself
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_truncation_at_frame_cap(backend):
     """``max_episode_frames`` counts emulator frames from the end of the reset: 202 frames at

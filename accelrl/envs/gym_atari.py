@@ -214,12 +214,14 @@ class _AtariParallelEnv(ParallelEnv):
 
 
 def make_worker_env(
-    cfg: EnvConfig, *, seed: int, worker_index: int, parent_pid: int = -1
+    cfg: EnvConfig, *, seed: int, worker_index: int, parent_pid: int | None = None
 ) -> AtariWorkerEnv:
     """Picklable factory run in each ``ParallelEnv`` worker (and once in the parent, the
-    process ``parent_pid``, for specs)."""
+    process ``parent_pid``, for specs). In any other process than ``parent_pid`` (when given)
+    it ignores SIGINT."""
     torch.set_num_threads(1)
-    if os.getpid() != parent_pid and threading.current_thread() is threading.main_thread():
+    in_worker = parent_pid is not None and os.getpid() != parent_pid
+    if in_worker and threading.current_thread() is threading.main_thread():
         # A terminal's Ctrl-C reaches every process of the group; the learner decides when to
         # stop (``accelrl.process.StopSignals``) and closes its workers itself.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
