@@ -34,7 +34,7 @@ from accelrl.config import (
     resolve_device,
     rows_per_batch,
 )
-from accelrl.envs import make_env
+from accelrl.envs import leave_ctrl_c_to_the_learner, make_env
 from accelrl.progress import AwakeClock
 from accelrl.samplers import AlternatingCollector, BatchedInferenceCollector
 
@@ -287,11 +287,8 @@ def _worker_env(
 ) -> EnvBase:
     # Runs inside each collector worker: the thread budget must be set in that process.
     torch.set_num_threads(torch_threads)
-    if in_worker and threading.current_thread() is threading.main_thread():
-        # A terminal's Ctrl-C reaches the whole process group: the learner stops after the
-        # batch with a checkpoint (``accelrl.process.StopSignals``) and needs that batch; the
-        # learner ends the workers itself (TorchRL's workers exit on a KeyboardInterrupt).
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if in_worker:
+        leave_ctrl_c_to_the_learner()
     return make_env(env_cfg, seed=seed, num_envs=num_envs, sim_threads=sim_threads)
 
 

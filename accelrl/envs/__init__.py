@@ -10,6 +10,8 @@ False without lives), ``episode_return`` / ``episode_length`` (running, final on
 
 from __future__ import annotations
 
+import signal
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +19,15 @@ from torchrl.envs import EnvBase
 
 from accelrl.config import EnvConfig
 from accelrl.envs.games import available_games, gym_id, rom_id
+
+
+def leave_ctrl_c_to_the_learner() -> None:
+    """Called in a simulator worker process (collector or ``ParallelEnv`` worker): ignore SIGINT.
+    A terminal's Ctrl-C reaches the whole process group; the learner stops after the batch with
+    a checkpoint (``accelrl.process.StopSignals``), needs that batch, and closes its workers
+    itself (TorchRL's workers exit on a ``KeyboardInterrupt``; the run then hung in shutdown)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def is_atari(game: str) -> bool:

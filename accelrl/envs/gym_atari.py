@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import functools
 import os
-import signal
-import threading
 
 import gymnasium as gym
 import numpy as np
@@ -33,6 +31,7 @@ from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase, ParallelEnv
 
 from accelrl.config import EnvConfig
+from accelrl.envs import leave_ctrl_c_to_the_learner
 from accelrl.envs.games import gym_id
 
 
@@ -220,11 +219,8 @@ def make_worker_env(
     process ``parent_pid``, for specs). In any other process than ``parent_pid`` (when given)
     it ignores SIGINT."""
     torch.set_num_threads(1)
-    in_worker = parent_pid is not None and os.getpid() != parent_pid
-    if in_worker and threading.current_thread() is threading.main_thread():
-        # A terminal's Ctrl-C reaches every process of the group; the learner decides when to
-        # stop (``accelrl.process.StopSignals``) and closes its workers itself.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent_pid is not None and os.getpid() != parent_pid:
+        leave_ctrl_c_to_the_learner()
     return AtariWorkerEnv(cfg, worker_index=worker_index, seed=seed)
 
 
