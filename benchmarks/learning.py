@@ -116,8 +116,10 @@ class EpisodeFiles:
         self.metrics.close()
 
 
-PLAIN_CHECKPOINT_EVERY = 500_000
-"""Frames between the plain PPO/A2C loops' checkpoints (``plain_checkpoint.pt``, ~10 MB)."""
+PLAIN_CHECKPOINT_EVERY = {"ppo": 500_000, "a2c": 500_000, "dqn": 250_000}
+"""Frames between the plain loops' checkpoints (``plain_checkpoint.pt``: ~10 MB for PPO and A2C;
+DQN's carries its replay, 5.6 GB at 100k transitions, so it is written as often as the
+recipe's, every 250k frames: about every half hour side by side on 2 cores)."""
 
 
 def run_plain_atari(
@@ -135,21 +137,14 @@ def run_plain_atari(
 
     torch.set_num_threads(1)
     cfg = atari_config(algo, game, frames, seed, str(run_dir), extra)
-    if algo == "dqn" and resume:
-        sys.exit(
-            "benchmarks.learning: the plain DQN loop does not checkpoint (its replay of obs and "
-            "next-obs stacks is 5.6 GB at 100k transitions); start it again"
-        )
-    checkpoint = None
-    if algo != "dqn":
-        checkpoint = pl.Checkpoint(run_dir / "plain_checkpoint.pt", PLAIN_CHECKPOINT_EVERY,
-                                   str(cfg), resume)  # fmt: skip
+    checkpoint = pl.Checkpoint(run_dir / "plain_checkpoint.pt", PLAIN_CHECKPOINT_EVERY[algo],
+                               str(cfg), resume)  # fmt: skip
     envs, steps = pl.batch_layout(cfg)
     per_iter = envs * steps * cfg.env.frameskip
     iterations = pl.iterations_for(cfg)
     (run_dir).mkdir(parents=True, exist_ok=True)
     (run_dir / "settings.txt").write_text(f"{algo} {game} seed {seed} (plain loop)\n{cfg}\n")
-    files = EpisodeFiles(run_dir, checkpoint.frames if checkpoint and resume else None)
+    files = EpisodeFiles(run_dir, checkpoint.frames if resume else None)
     report_every = max(1, iterations // 200)
 
     def on_iteration(done_frames: int, env) -> None:
@@ -163,11 +158,8 @@ def run_plain_atari(
             print(f"{line}episodes {len(files.returns):5d}  last-100 {mean:7.2f}", flush=True)
 
     try:
-        if algo == "dqn":
-            pl.plain_dqn(cfg, iterations, threads=2, on_iteration=on_iteration)
-        else:
-            loop = pl.plain_ppo if algo == "ppo" else pl.plain_a2c
-            loop(cfg, iterations, threads=2, on_iteration=on_iteration, checkpoint=checkpoint)
+        loop = {"ppo": pl.plain_ppo, "a2c": pl.plain_a2c, "dqn": pl.plain_dqn}[algo]
+        loop(cfg, iterations, threads=2, on_iteration=on_iteration, checkpoint=checkpoint)
     finally:
         files.close()
 

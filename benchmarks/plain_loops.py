@@ -32,7 +32,7 @@ simulators and preprocessing from ``cfg.env``, the batch from ``cfg.collector.st
 implement (``life_loss_boundary=False``, A2C with Adam, APPO's V-trace, DQN's Polyak ``tau``)
 raises ``ValueError``. Only what has no recipe counterpart is a parameter: ``iterations`` (stop
 early), ``device``, the simulator ``threads``, an ``on_iteration`` hook and, for PPO and A2C, a
-``Checkpoint`` (long learning runs that span sessions; the DQN loop's replay is not saved).
+``Checkpoint`` (long learning runs that span sessions; the DQN loop's carries its replay).
 
 Every loop returns one ``(frames, seconds)`` record per iteration (collection + update), counted
 from after its setup, as the recipes' ``metrics.csv`` rows; ``steady_fps`` turns either into
@@ -314,11 +314,12 @@ class Rollout:
 
 
 class Checkpoint:
-    """Model, optimizer, frames done and torch's RNG of a plain PPO or A2C loop, saved to ``path``
-    every ``every_frames`` (to a temporary file, then renamed: a kill leaves the previous one
-    whole) and restored by a loop given this object. A vector env cannot be saved, so a resumed
-    loop starts new episodes, its simulators seeded with ``seed + iterations done`` (what the
-    recipes do on ``--resume``). ``settings`` (the config's text) must match on resume."""
+    """Model, optimizer, frames done and torch's RNG of a plain loop (and what else the loop
+    hands over: the DQN loop's target network, replay and numpy RNG), saved to ``path`` every
+    ``every_frames`` (to a temporary file, then renamed: a kill leaves the previous one whole)
+    and restored by a loop given this object. A vector env cannot be saved, so a resumed loop
+    starts new episodes, its simulators seeded with ``seed + iterations done`` (what the recipes
+    do on ``--resume``). ``settings`` (the config's text) must match on resume."""
 
     def __init__(self, path: Path, every_frames: int, settings: str, resume: bool) -> None:
         self.path, self.every, self.settings = Path(path), every_frames, settings
@@ -330,7 +331,8 @@ class Checkpoint:
         if resume:
             if not self.path.exists():
                 raise SystemExit(f"--resume: no checkpoint at {self.path}; start without --resume")
-            self.state = torch.load(self.path, map_location="cpu", weights_only=True)
+            # mmap: the DQN loop's replay (5.6 GB at 100k transitions) is copied in, not read twice
+            self.state = torch.load(self.path, map_location="cpu", weights_only=True, mmap=True)
             if self.state["settings"] != settings:
                 raise SystemExit(
                     f"--resume: {self.path} was written with other settings:\n"
@@ -339,19 +341,31 @@ class Checkpoint:
         self.frames = int(self.state["frames"]) if self.state else 0
         self.saved = self.frames
 
-    def restore(self, model: nn.Module, opt: torch.optim.Optimizer) -> None:
-        if self.state is not None:
-            model.load_state_dict(self.state["model"])
-            opt.load_state_dict(self.state["optimizer"])
-            torch.set_rng_state(self.state["rng"])
-            self.state = None
+    def restore(self, model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
+        """Loads the saved state into ``model`` and ``opt``; returns the loop's own part (what
+        ``step``'s ``extra`` gave; empty on a fresh start)."""
+        if self.state is None:
+            return {}
+        model.load_state_dict(self.state["model"])
+        opt.load_state_dict(self.state["optimizer"])
+        torch.set_rng_state(self.state["rng"])
+        extra, self.state = self.state.get("extra", {}), None
+        return extra
 
-    def step(self, frames: int, model: nn.Module, opt: torch.optim.Optimizer) -> None:
-        """Saves when ``every_frames`` have passed since the last save."""
+    def step(
+        self,
+        frames: int,
+        model: nn.Module,
+        opt: torch.optim.Optimizer,
+        extra: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        """Saves when ``every_frames`` have passed since the last save, with ``extra()`` (the
+        loop's own state) when given."""
         if frames - self.saved < self.every:
             return
         state = {"frames": frames, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                 "rng": torch.get_rng_state(), "settings": self.settings}  # fmt: skip
+                 "rng": torch.get_rng_state(), "settings": self.settings,
+                 "extra": extra() if extra is not None else {}}  # fmt: skip
         tmp = self.path.with_name(self.path.name + ".tmp")
         torch.save(state, tmp)
         os.replace(tmp, self.path)
@@ -362,6 +376,7 @@ def _setup(
     cfg: Any, num_envs: int, threads: int, device: str, done_iterations: int = 0
 ) -> tuple[VecAtari, torch.device]:
     torch.manual_seed(cfg.seed)
+    np.random.seed(cfg.seed)  # the DQN loop's replay samples with numpy
     env = VecAtari(cfg.env, num_envs, threads, cfg.seed + done_iterations)
     return env, torch.device(device)
 
@@ -621,6 +636,26 @@ class Replay:
             flat,
         )
 
+    def state_dict(self) -> dict[str, Any]:
+        state = {name: getattr(self, name) for name in self._ARRAYS}
+        state.update(written=self.written, max_priority=self.max_priority)
+        if self.tree is not None:
+            state["tree"] = torch.from_numpy(self.tree.tree)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name in self._ARRAYS:
+            getattr(self, name).copy_(state[name])
+        self.written, self.max_priority = int(state["written"]), float(state["max_priority"])
+        if self.tree is not None:
+            self.tree.tree[:] = state["tree"].numpy()
+        if self.written:
+            # The resumed simulators start new episodes: an n-step sum stops at the last stored
+            # step and bootstraps from its stored next obs (a truncation, not a terminal).
+            self.done[(self.written - 1) % self.len] = True
+
+    _ARRAYS = ("obs", "next_obs", "action", "reward", "term", "done")
+
     def update_priority(self, flat: np.ndarray, priority: np.ndarray) -> None:
         if self.tree is None:
             return
@@ -636,15 +671,19 @@ def plain_dqn(
     device: str = "cpu",
     threads: int = 1,
     on_iteration: Callable[[int, VecAtari], None] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> list[Record]:
     """The DQN family with ``cfg``'s settings (``cfg.dqn``, presets already applied by
     ``recipes.dqn_atari.resolve``) for ``iterations`` batches (default: until
-    ``cfg.total_frames``)."""
+    ``cfg.total_frames``; a resumed ``checkpoint`` counts the batches it has done and brings
+    back the target network, the replay, the update count and numpy's RNG)."""
     s = cfg.dqn
     require("dqn", s, tau=0.0, life_loss_boundary=True)
     n, steps = batch_layout(cfg)
     iterations = iterations_for(cfg) if iterations is None else iterations
-    env, dev = _setup(cfg, n, threads, device)
+    per_iter = n * steps * cfg.env.frameskip
+    frames = checkpoint.frames if checkpoint else 0
+    env, dev = _setup(cfg, n, threads, device, frames // per_iter)
     atoms = s.atoms if s.distributional else 1
     online = QNet(env.num_actions, s.dueling, atoms, cfg.env.frame_stack, cfg.env.screen_size)
     online = online.to(dev)
@@ -655,7 +694,23 @@ def plain_dqn(
     dz = (s.v_max - s.v_min) / (s.atoms - 1)
     per_batch = s.training_intensity * n * steps / s.batch_size
     records: list[Record] = []
-    frames, updates, credit, start = 0, 0, 0.0, time.perf_counter()
+    updates, credit = 0, 0.0
+    if checkpoint:
+        saved = checkpoint.restore(online, opt)
+        if saved:
+            target.load_state_dict(saved["target"])
+            replay.load_state_dict(saved["replay"])
+            updates, credit = int(saved["updates"]), float(saved["credit"])
+            np.random.set_state(("MT19937", saved["np_rng"].numpy().astype(np.uint32),
+                                 int(saved["np_pos"]), 0, 0.0))  # fmt: skip
+
+    def loop_state() -> dict[str, Any]:
+        _, keys, pos, *_ = np.random.get_state()
+        return {"target": target.state_dict(), "replay": replay.state_dict(),
+                "updates": updates, "credit": credit,
+                "np_rng": torch.from_numpy(keys.astype(np.int64)), "np_pos": int(pos)}  # fmt: skip
+
+    start = time.perf_counter()
 
     def q_values(net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
         out = net(obs)
@@ -708,7 +763,7 @@ def plain_dqn(
         float(loss.detach())  # logged per update by the recipe too
 
     try:
-        for _ in range(iterations):
+        for _ in range(frames // per_iter, iterations):
             eps = s.eps_start + min(1.0, frames / s.eps_decay_frames) * (s.eps_end - s.eps_start)
             for _ in range(steps):
                 obs = torch.from_numpy(env.obs)
@@ -724,7 +779,7 @@ def plain_dqn(
                 ended = torch.from_numpy(done)
                 replay.add(obs, action, torch.from_numpy(reward).float(), next_obs,
                            torch.from_numpy(term), ended)  # fmt: skip
-            frames += n * steps * cfg.env.frameskip
+            frames += per_iter
             if frames > s.learning_starts_frames:
                 credit += per_batch
                 while credit >= 1.0:
@@ -733,6 +788,8 @@ def plain_dqn(
             records.append((frames, time.perf_counter() - start))
             if on_iteration is not None:
                 on_iteration(frames, env)
+            if checkpoint:
+                checkpoint.step(frames, online, opt, loop_state)
     finally:
         env.close()
     return records

@@ -230,3 +230,45 @@ def test_episode_files_resume_drops_the_rows_after_the_checkpoint(tmp_path):
     assert [r["frames"] for r in rows] == ["100", "200", "300"]
     assert float(rows[-1]["return_mean100"]) == pytest.approx(7 / 3, rel=1e-3)
     assert 10.0 <= float(rows[-1]["time_s"]) < 60.0  # the clock goes on from the kept rows
+
+
+def test_plain_dqn_loop_resumes_with_its_replay_target_and_rng(tmp_path):
+    import torch
+
+    from benchmarks import plain_loops as pl
+
+    flags = ["--dqn.replay-capacity", "512", "--dqn.learning-starts-frames", "64",
+             "--dqn.prioritized"]  # fmt: skip
+    cfg = learning.atari_config("dqn", "Pong", 10_000, 0, str(tmp_path), flags)
+    envs, steps = pl.batch_layout(cfg)
+    per_iter = envs * steps * cfg.env.frameskip
+    upi = cfg.dqn.training_intensity * envs * steps // cfg.dqn.batch_size  # updates per batch
+    # The target is copied after the 2nd batch's updates, just before the save, and not again
+    # in the 3rd batch.
+    cfg.dqn.target_update_interval = 2 * upi
+    path = tmp_path / "plain_checkpoint.pt"
+    pl.plain_dqn(cfg, 2, checkpoint=pl.Checkpoint(path, per_iter, str(cfg), False))
+    first = torch.load(path, weights_only=True)
+    saved = first["extra"]
+    assert first["frames"] == 2 * per_iter
+    assert saved["replay"]["written"] == 2 * steps
+    assert saved["updates"] == int(first["optimizer"]["state"][0]["step"]) == 2 * upi
+    assert all(torch.equal(v, first["model"][k]) for k, v in saved["target"].items())
+
+    # Nothing left to run: the restore alone (numpy's RNG, which the replay samples with).
+    pl.plain_dqn(cfg, 2, checkpoint=pl.Checkpoint(path, 1, str(cfg), True))
+    assert np.array_equal(np.random.get_state()[1], saved["np_rng"].numpy().astype(np.uint32))
+
+    resumed = pl.plain_dqn(cfg, 3, checkpoint=pl.Checkpoint(path, per_iter, str(cfg), True))
+    assert [f for f, _ in resumed] == [3 * per_iter]
+    last = torch.load(path, weights_only=True)["extra"]
+    replay = last["replay"]
+    # The replay goes on from the saved one, the n-step sums stop where the resumed simulators
+    # started new episodes, the update count goes on, and the target network is the saved one
+    # (not a copy of the restored online network's initial weights).
+    assert replay["written"] == 3 * steps and last["updates"] == 3 * upi
+    kept = 2 * steps
+    for name in ("obs", "next_obs", "action", "reward"):
+        assert torch.equal(replay[name][:kept], saved["replay"][name][:kept]), name
+    assert bool(replay["done"][kept - 1].all())
+    assert all(torch.equal(v, saved["target"][k]) for k, v in last["target"].items())
