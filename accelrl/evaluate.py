@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import torch
 from tensordict.nn import InteractionType, set_interaction_type
 
 from accelrl.config import EnvConfig
 from accelrl.envs import make_env
+
+
+class Episodes(NamedTuple):
+    returns: list[float]
+    """Unclipped return of each episode."""
+    truncated: int
+    """How many ended at the time limit rather than at game over (an Atari policy that stops
+    acting, e.g. never presses FIRE after a lost life in Breakout, plays on to the cap)."""
 
 
 @torch.no_grad()
@@ -18,11 +29,14 @@ def run_episodes(
     seed: int,
     device: torch.device,
     greedy: bool,
-) -> list[float]:
-    """Unclipped returns of the first episode of each of ``episodes`` simulators run together."""
+    on_step: Callable[[int], None] | None = None,
+) -> Episodes:
+    """The first episode of each of ``episodes`` simulators run together. ``on_step(ended)``
+    is called after every step with the number of episodes that ended in it."""
     env = make_env(env_cfg, seed=seed, num_envs=episodes, synchronous=True)
     interaction = InteractionType.DETERMINISTIC if greedy else InteractionType.RANDOM
     returns = torch.full((episodes,), float("nan"))
+    truncated = 0
     try:
         td = env.reset()
         with set_interaction_type(interaction):
@@ -32,10 +46,13 @@ def run_episodes(
                 nxt = td.get("next")
                 done = nxt.get("done").squeeze(-1) & returns.isnan()
                 returns[done] = nxt.get("episode_return").squeeze(-1)[done]
+                truncated += int((nxt.get("truncated").squeeze(-1) & done).sum())
+                if on_step is not None:
+                    on_step(int(done.sum()))
                 td = td_next
     finally:
         env.close()
-    return returns.tolist()
+    return Episodes(returns.tolist(), truncated)
 
 
 def evaluate(
@@ -45,13 +62,17 @@ def evaluate(
     episodes: int,
     seed: int,
     device: torch.device,
-) -> dict[str, float]:
-    """Mean unclipped return of greedy and of sampled episodes (``eval/greedy_return`` ...)."""
-    greedy = run_episodes(env_cfg, policy, episodes=episodes, seed=seed, device=device, greedy=True)
-    sampled = run_episodes(
-        env_cfg, policy, episodes=episodes, seed=seed + episodes, device=device, greedy=False
+    on_step: Callable[[int], None] | None = None,
+) -> tuple[dict[str, float], Episodes]:
+    """Mean unclipped return of greedy and of sampled episodes (``eval/greedy_return`` ...),
+    and the greedy episodes themselves. ``on_step``: as ``run_episodes``'s, for both."""
+    greedy = run_episodes(
+        env_cfg, policy, episodes=episodes, seed=seed, device=device, greedy=True, on_step=on_step
     )
-    return {
-        "eval/greedy_return": sum(greedy) / len(greedy),
-        "eval/sampled_return": sum(sampled) / len(sampled),
+    sampled = run_episodes(env_cfg, policy, episodes=episodes, seed=seed + episodes,
+                           device=device, greedy=False, on_step=on_step)  # fmt: skip
+    metrics = {
+        "eval/greedy_return": sum(greedy.returns) / episodes,
+        "eval/sampled_return": sum(sampled.returns) / episodes,
     }
+    return metrics, greedy

@@ -20,11 +20,13 @@ import io
 import math
 import numbers
 import os
+import re
 import sys
 import time
 import warnings
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -38,6 +40,7 @@ _EPISODE_COLUMNS = ("frames", "return", "length")
 # A bar redrawn every 0.1 s floods SLURM log files; 5 s keeps them readable.
 _MININTERVAL_TTY_S = 0.1
 _MININTERVAL_FILE_S = 5.0
+_CURSOR_MOVES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def _fmt(value: Any) -> str:
@@ -124,7 +127,8 @@ class _LineStream:
         self._stream = stream
 
     def write(self, s: str) -> int:
-        line = s.replace("\r", "").rstrip()
+        # tqdm moves the cursor between stacked bars (ESC [ A); a file gets plain lines.
+        line = _CURSOR_MOVES.sub("", s).replace("\r", "").rstrip()
         if line:
             self._stream.write(line + "\n")
         return len(s)
@@ -185,18 +189,42 @@ class RunLogger:
         if progress:
             self._bar = self._make_bar(self._frames)
 
-    def _make_bar(self, initial: int) -> tqdm:
+    def _make_bar(self, initial: int, **kwargs: Any) -> tqdm:
         stream = sys.stderr
         tty = stream.isatty()
         return tqdm(
-            total=self.total_frames,
-            initial=initial,
+            **{"total": self.total_frames, "initial": initial, **kwargs},
             unit="frames",
             unit_scale=True,
             dynamic_ncols=tty,
             mininterval=_MININTERVAL_TTY_S if tty else _MININTERVAL_FILE_S,
             file=stream if tty else _LineStream(stream),
         )
+
+    @contextmanager
+    def side_bar(self, what: str, parts: int) -> Iterator[Callable[[int, int], None] | None]:
+        """A second progress bar, under the main one, for work outside training (evaluation):
+        emulator frames so far (of one simulator: an Atari episode stops at
+        ``--env.max-episode-frames``) and ``what`` done of ``parts``. Yields ``tick(frames, done)``
+        (add ``frames``, ``done`` parts finished), or None when the run shows no progress bar."""
+        if self._bar is None or self._closed:
+            yield None
+            return
+        count = [0]
+        tty = sys.stderr.isatty()  # a terminal's bar goes away after, a log file keeps the last
+        bar = self._make_bar(0, total=None, desc=f"{what} 0/{parts}", leave=not tty,
+                             position=1 if tty else None)  # fmt: skip
+
+        def tick(frames: int, done: int) -> None:
+            if done:
+                count[0] += done
+                bar.set_description_str(f"{what} {count[0]}/{parts}", refresh=False)
+            bar.update(frames)
+
+        try:
+            yield tick
+        finally:
+            bar.close()
 
     def _time_s(self) -> float:
         return self._elapsed_before + time.monotonic() - self._t0

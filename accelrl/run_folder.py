@@ -36,7 +36,7 @@ from accelrl.checkpoint import (
     save_checkpoint,
 )
 from accelrl.config import to_dict
-from accelrl.envs import frames_per_step
+from accelrl.envs import frames_per_step, is_atari
 from accelrl.evaluate import evaluate
 from accelrl.logging import RunLogger
 from accelrl.process import Process
@@ -254,13 +254,25 @@ class RunFolder:
         under ``eval/``."""
         if self.cfg.log.eval_episodes == 0 or self.policy is None or not self.proc.is_main:
             return {}
-        result = evaluate(
-            self.cfg.env,
-            self.policy,
-            episodes=self.cfg.log.eval_episodes,
-            seed=self.cfg.seed + 10_000_019 + frames,
-            device=self.proc.device,
-        )
+        env, episodes = self.cfg.env, self.cfg.log.eval_episodes
+        per_step = frames_per_step(env)
+        with self.logger.side_bar("evaluation episodes", 2 * episodes) as tick:
+            result, greedy = evaluate(
+                env,
+                self.policy,
+                episodes=episodes,
+                seed=self.cfg.seed + 10_000_019 + frames,
+                device=self.proc.device,
+                on_step=None if tick is None else lambda ended: tick(per_step, ended),
+            )
+        if greedy.truncated and is_atari(env.game):
+            log.warning(
+                "evaluation at %d frames: %d of %d greedy episodes played on to the %d-frame "
+                "cap (--env.max-episode-frames): the greedy policy stopped acting (in Breakout: "
+                "no FIRE after a lost life), which an early policy often does; "
+                "--log.eval-episodes 0 skips evaluation",
+                frames, greedy.truncated, episodes, env.max_episode_frames,
+            )  # fmt: skip
         self.logger.eval(frames, result)
         return result
 

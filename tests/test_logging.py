@@ -125,3 +125,22 @@ def test_line_stream_turns_redraws_into_lines() -> None:
     s.write("\n")
     s.write("\r 20%|##  | 200/1000")
     assert buf.getvalue() == " 10%|#   | 100/1000\n 20%|##  | 200/1000\n"
+
+
+def test_line_stream_drops_cursor_moves_of_stacked_bars() -> None:
+    buf = io.StringIO()
+    _LineStream(buf).write("\x1b[A\r evaluation episodes 1/8: 2.0kframes\x1b[A")
+    assert buf.getvalue() == " evaluation episodes 1/8: 2.0kframes\n"
+
+
+def test_side_bar_counts_frames_and_parts_then_goes(tmp_path: Path, capsys) -> None:
+    quiet = make(tmp_path / "quiet")
+    with quiet.side_bar("evaluation episodes", 8) as tick:
+        assert tick is None  # no progress bar, no side bar
+    lg = RunLogger(tmp_path, total_frames=1000, tensorboard=False, progress=True)
+    with lg.side_bar("evaluation episodes", 8) as tick:
+        tick(4, 0)
+        tick(4, 3)
+    lg.close()
+    err = capsys.readouterr().err
+    assert "evaluation episodes 3/8: 8.00frames" in err
