@@ -464,6 +464,22 @@ def plain_ppo(
     return records
 
 
+def a2c_loss(
+    model: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, a: Any
+) -> torch.Tensor:
+    """A2C's loss on ``[N]`` steps: policy gradient with advantage ``returns - V`` (V from this
+    forward pass, detached), ``a.value_coef`` x squared value error, ``a.entropy_coef`` x
+    entropy bonus. ``a``: the recipe's ``cfg.a2c``."""
+    logits, value = model(obs)
+    dist = torch.distributions.Categorical(logits=logits)
+    adv = returns - value.detach()
+    if a.normalize_advantage:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg = -(dist.log_prob(actions) * adv).mean()
+    loss = pg + a.value_coef * ((returns - value) ** 2).mean()
+    return loss - a.entropy_coef * dist.entropy().mean()
+
+
 def plain_a2c(
     cfg: A2CRecipeConfig,
     iterations: int | None = None,
@@ -505,14 +521,8 @@ def plain_a2c(
             last_value = rollout.collect()
             adv = rollout.advantages(last_value, a.gamma, a.gae_lambda)
             returns = (adv + rollout.values).reshape(n)
-            logits, value = model(rollout.obs.reshape(n, *env.obs.shape[1:]))
-            dist = torch.distributions.Categorical(logits=logits)
-            adv = returns - value.detach()
-            if a.normalize_advantage:
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-            pg = -(dist.log_prob(rollout.actions.reshape(n)) * adv).mean()
-            loss = pg + a.value_coef * ((returns - value) ** 2).mean()
-            loss = loss - a.entropy_coef * dist.entropy().mean()
+            obs = rollout.obs.reshape(n, *env.obs.shape[1:])
+            loss = a2c_loss(model, obs, rollout.actions.reshape(n), returns, a)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = nn.utils.clip_grad_norm_(model.parameters(), a.max_grad_norm)
