@@ -381,6 +381,51 @@ def _setup(
     return env, torch.device(device)
 
 
+def ppo_phase(
+    model: ActorCritic,
+    opt: torch.optim.Optimizer,
+    batch: tuple[torch.Tensor, ...],
+    p: Any,
+    clip: float,
+) -> torch.Tensor:
+    """PPO's epochs x minibatches on ``batch`` = (obs, actions, log-probs, advantages, returns,
+    values) of ``[N]`` steps: clipped policy loss, (clipped) value loss, entropy bonus, grad-norm
+    clipping, one optimizer step per minibatch. ``p``: the recipe's ``cfg.ppo`` (or ``cfg.appo``).
+    Returns the summed (approximate KL, clip fraction, grad norm) over the minibatches."""
+    b_obs, b_act, b_logp, b_adv, b_ret, b_val = batch
+    n = b_act.shape[0]
+    mb = n // p.minibatches
+    stats = torch.zeros(3, device=b_adv.device)
+    for _ in range(p.epochs):
+        order = torch.randperm(n, device=b_adv.device)
+        for i in range(0, n, mb):
+            idx = order[i : i + mb]
+            logits, value = model(b_obs[idx])
+            dist = torch.distributions.Categorical(logits=logits)
+            logp = dist.log_prob(b_act[idx])
+            log_ratio = logp - b_logp[idx]
+            ratio = log_ratio.exp()
+            a = b_adv[idx]
+            if p.normalize_advantage:
+                a = (a - a.mean()) / (a.std() + 1e-8)
+            pg = -torch.min(ratio * a, ratio.clamp(1 - clip, 1 + clip) * a).mean()
+            v_loss = (value - b_ret[idx]) ** 2
+            if p.clip_value:
+                v_clipped = b_val[idx] + (value - b_val[idx]).clamp(-clip, clip)
+                v_loss = torch.max(v_loss, (v_clipped - b_ret[idx]) ** 2)
+            v_loss = 0.5 * v_loss.mean()
+            loss = pg - p.entropy_coef * dist.entropy().mean() + p.value_coef * v_loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = nn.utils.clip_grad_norm_(model.parameters(), p.max_grad_norm)
+            opt.step()
+            with torch.no_grad():
+                kl = ((ratio - 1) - log_ratio).mean()
+                clipped = ((ratio - 1).abs() > clip).float().mean()
+                stats += torch.stack([kl, clipped, grad_norm])
+    return stats
+
+
 def plain_ppo(
     cfg: PPORecipeConfig | APPORecipeConfig,
     iterations: int | None = None,
@@ -409,7 +454,6 @@ def plain_ppo(
         checkpoint.restore(model, opt)
     rollout = Rollout(env, model, steps, dev)
     n = num_envs * steps
-    mb = n // p.minibatches
     records: list[Record] = []
     start = time.perf_counter()
     try:
@@ -421,38 +465,11 @@ def plain_ppo(
             last_value = rollout.collect()
             adv = rollout.advantages(last_value, p.gamma, p.gae_lambda)
             returns = adv + rollout.values
-            b_obs = rollout.obs.reshape(n, *env.obs.shape[1:])
-            b_act, b_logp = rollout.actions.reshape(n), rollout.logp.reshape(n)
-            b_adv, b_ret, b_val = adv.reshape(n), returns.reshape(n), rollout.values.reshape(n)
-            stats = torch.zeros(3, device=dev)
-            for _ in range(p.epochs):
-                order = torch.randperm(n, device=dev)
-                for i in range(0, n, mb):
-                    idx = order[i : i + mb]
-                    logits, value = model(b_obs[idx])
-                    dist = torch.distributions.Categorical(logits=logits)
-                    logp = dist.log_prob(b_act[idx])
-                    log_ratio = logp - b_logp[idx]
-                    ratio = log_ratio.exp()
-                    a = b_adv[idx]
-                    if p.normalize_advantage:
-                        a = (a - a.mean()) / (a.std() + 1e-8)
-                    pg = -torch.min(ratio * a, ratio.clamp(1 - clip, 1 + clip) * a).mean()
-                    v_loss = (value - b_ret[idx]) ** 2
-                    if p.clip_value:
-                        v_clipped = b_val[idx] + (value - b_val[idx]).clamp(-clip, clip)
-                        v_loss = torch.max(v_loss, (v_clipped - b_ret[idx]) ** 2)
-                    v_loss = 0.5 * v_loss.mean()
-                    loss = pg - p.entropy_coef * dist.entropy().mean() + p.value_coef * v_loss
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    grad_norm = nn.utils.clip_grad_norm_(model.parameters(), p.max_grad_norm)
-                    opt.step()
-                    with torch.no_grad():
-                        kl = ((ratio - 1) - log_ratio).mean()
-                        clipped = ((ratio - 1).abs() > clip).float().mean()
-                        stats += torch.stack([kl, clipped, grad_norm])
-            stats.tolist()  # the metrics reach the host once per update, as the recipe's
+            batch = (rollout.obs.reshape(n, *env.obs.shape[1:]), rollout.actions.reshape(n),
+                     rollout.logp.reshape(n), adv.reshape(n), returns.reshape(n),
+                     rollout.values.reshape(n))  # fmt: skip
+            # The metrics reach the host once per update, as the recipe's.
+            ppo_phase(model, opt, batch, p, clip).tolist()
             frames += n * cfg.env.frameskip
             records.append((frames, time.perf_counter() - start))
             if on_iteration is not None:

@@ -84,60 +84,19 @@ def test_an_atari_update_matches_the_plain_loop_on_the_same_batch():
     the same weights after the optimizer step."""
     from benchmarks import plain_loops as pl
     from recipes.a2c_atari import make_agent
+    from tests import plain_parity
 
     torch.manual_seed(0)
     cfg = Config()
-    cfg.env = EnvConfig(game="Breakout", num_envs=4)
-    envs, steps = 4, 6
-    env = make_env(cfg.env, seed=0)
-    num_actions = int(env.action_spec.space.n)
-    a2c = make_agent(cfg, {"obs_key": "pixels", "obs_shape": (4, 84, 84),
-                           "num_actions": num_actions}, torch.device("cpu"))  # fmt: skip
-    with torch.no_grad():
-        batch = env.rollout(steps, a2c.collect_policy, break_when_any_done=False)
-    env.close()
-    assert batch.batch_size == (envs, steps)
-    nxt = batch.get("next")
-    reward, life_lost = nxt.get("reward"), nxt.get("life_lost")
-    done, term, trunc = nxt.get("done"), nxt.get("terminated"), nxt.get("truncated")
-    reward[0, 1], reward[2, 4], reward[3, 0] = 1.0, 1.0, -1.0  # returns worth comparing
-    life_lost[1, 2] = True  # a bootstrap boundary, the game goes on
-    done[2, 3], term[2, 3] = True, True  # game over: no bootstrap
-    done[3, 2], trunc[3, 2] = True, True  # time limit: bootstrap from the final frame,
-    nxt.get("pixels")[3, 2] = nxt.get("pixels")[3, 2].flip(-1)  # not from the reset frame
-
-    plain = pl.ActorCritic(num_actions)
-    model = a2c.policy
-    ours = [*model[0].parameters(), *model.get_policy_head().parameters(),
-            *model.get_value_head().parameters()]  # fmt: skip
-    assert [p.shape for p in ours] == [p.shape for p in plain.parameters()]
-    with torch.no_grad():
-        for mine, theirs in zip(ours, plain.parameters(), strict=True):
-            theirs.copy_(mine)
-
-    # The plain loop's view of the batch: time first, life loss folded into term and done.
-    rollout = pl.Rollout.__new__(pl.Rollout)
-    rollout.steps = steps
-    t_first = lambda x: x.squeeze(-1).transpose(0, 1).float()  # noqa: E731
-    lost = life_lost & ~done
-    rollout.rewards = t_first(reward)
-    rollout.terms = t_first(term | lost)
-    rollout.dones = t_first(done | lost)
-    rollout.values = t_first(batch.get("state_value"))
-    with torch.no_grad():
-        _, final_value = plain(nxt.get("pixels")[3, 2][None])
-        _, last_value = plain(nxt.get("pixels")[:, -1])
-    rollout.trunc_values = {2: (torch.tensor([3]), final_value)}
+    spec = {**plain_parity.SPEC, "num_actions": plain_parity.num_actions()}
+    a2c = make_agent(cfg, spec, torch.device("cpu"))
+    batch = plain_parity.breakout_batch(a2c.collect_policy, envs=4, steps=6)
+    plain, ours = plain_parity.plain_twin(a2c.policy)
     a = cfg.a2c
-    adv = rollout.advantages(last_value, a.gamma, a.gae_lambda)
-    returns = (adv + rollout.values).reshape(-1)
-    obs = batch.get("pixels").transpose(0, 1).reshape(-1, 4, 84, 84)
-    actions = batch.get("action").transpose(0, 1).reshape(-1)
-    loss = pl.a2c_loss(plain, obs, actions, returns, a)
-    loss.backward()
+    obs, actions, _, _, returns, _ = plain_parity.plain_view(batch, plain, a)
+    pl.a2c_loss(plain, obs, actions, returns, a).backward()
     plain_norm = torch.nn.utils.clip_grad_norm_(plain.parameters(), a.max_grad_norm)
-    opt = torch.optim.Adam(plain.parameters(), lr=a.lr, eps=a.eps)
-    opt.step()
+    torch.optim.Adam(plain.parameters(), lr=a.lr, eps=a.eps).step()
 
     metrics = a2c.update(batch, progress=0.0)
     assert metrics["train/grad_norm"] == pytest.approx(float(plain_norm), rel=1e-4)

@@ -1,0 +1,95 @@
+"""One Breakout batch seen by a recipe's update and by its plain loop (benchmarks.plain_loops):
+the helpers of the by-construction parity tests in test_a2c.py and test_ppo.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from accelrl.config import EnvConfig
+from accelrl.envs import make_env
+from benchmarks import plain_loops as pl
+
+SPEC = {"obs_key": "pixels", "obs_shape": (4, 84, 84)}
+"""``make_agent``'s env description for Breakout frames (``num_actions`` from ``num_actions``)."""
+
+
+def num_actions() -> int:
+    env = make_env(EnvConfig(game="Breakout", num_envs=1), seed=0)
+    try:
+        return int(env.action_spec.space.n)
+    finally:
+        env.close()
+
+
+def breakout_batch(policy: nn.Module, envs: int, steps: int) -> TensorDictBase:
+    """``[envs, steps]`` collected with ``policy``, then given what a short batch rarely has:
+    rewards, a lost life (env 1, step 2), a game over (2, 3) and a truncation (3, 2) whose
+    final frame differs from the next root frame (as after an autoreset)."""
+    env = make_env(EnvConfig(game="Breakout", num_envs=envs), seed=0)
+    with torch.no_grad():
+        batch = env.rollout(steps, policy, break_when_any_done=False)
+    env.close()
+    nxt = batch.get("next")
+    reward, life_lost = nxt.get("reward"), nxt.get("life_lost")
+    done, term, trunc = nxt.get("done"), nxt.get("terminated"), nxt.get("truncated")
+    reward[0, 1], reward[2, 4], reward[3, 0] = 1.0, 1.0, -1.0
+    life_lost[1, 2] = True
+    done[2, 3], term[2, 3] = True, True
+    done[3, 2], trunc[3, 2] = True, True
+    nxt.get("pixels")[3, 2] = nxt.get("pixels")[3, 2].flip(-1)
+    return batch
+
+
+def plain_twin(model: nn.Module) -> tuple[pl.ActorCritic, list[nn.Parameter]]:
+    """The plain loop's actor-critic with ``model``'s weights (an ``ActorValueOperator`` from
+    ``accelrl.models.make_actor_critic``), and ``model``'s parameters in the plain order."""
+    ours = [*model[0].parameters(), *model.get_policy_head().parameters(),
+            *model.get_value_head().parameters()]  # fmt: skip
+    plain = pl.ActorCritic(ours[-4].shape[0])
+    assert [p.shape for p in ours] == [p.shape for p in plain.parameters()]
+    with torch.no_grad():
+        for mine, theirs in zip(ours, plain.parameters(), strict=True):
+            theirs.copy_(mine)
+    return plain, ours
+
+
+def plain_view(batch: TensorDictBase, plain: pl.ActorCritic, a: Any) -> tuple[torch.Tensor, ...]:
+    """What the plain loop computes from ``batch`` (time first; life loss folded into term and
+    done; truncated rows bootstrapped from their final frame): ``(obs, actions, log-probs,
+    advantages, returns, values)`` of ``[N]`` steps, with ``a``'s gamma and lambda."""
+    envs, steps = batch.batch_size
+    nxt = batch.get("next")
+    done, lost = nxt.get("done"), nxt.get("life_lost")
+    lost = lost & ~done
+
+    def time_first(x: torch.Tensor) -> torch.Tensor:
+        return x.squeeze(-1).transpose(0, 1).float()
+
+    rollout = pl.Rollout.__new__(pl.Rollout)
+    rollout.steps = steps
+    rollout.rewards = time_first(nxt.get("reward"))
+    rollout.terms = time_first(nxt.get("terminated") | lost)
+    rollout.dones = time_first(done | lost)
+    rollout.values = time_first(batch.get("state_value"))
+    trunc = nxt.get("truncated").squeeze(-1)
+    rollout.trunc_values = {}
+    with torch.no_grad():
+        for t in range(steps):
+            rows = trunc[:, t].nonzero().squeeze(-1)
+            if len(rows):
+                rollout.trunc_values[t] = (rows, plain(nxt.get("pixels")[rows, t])[1])
+        last_value = plain(nxt.get("pixels")[:, -1])[1]
+    adv = rollout.advantages(last_value, a.gamma, a.gae_lambda)
+    n = envs * steps
+    return (
+        batch.get("pixels").transpose(0, 1).reshape(n, *batch.get("pixels").shape[2:]),
+        batch.get("action").transpose(0, 1).reshape(n),
+        time_first(batch.get("action_log_prob")).reshape(n),
+        adv.reshape(n),
+        (adv + rollout.values).reshape(n),
+        rollout.values.reshape(n),
+    )
