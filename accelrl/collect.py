@@ -434,7 +434,9 @@ def run_collector(cfg: Any, proc: Any, policy: torch.nn.Module, updates: int) ->
         compile_policy=cfg.compile.policy,
         cudagraph_policy=cfg.compile.cudagraphs,
     )
-    return WatchedCollector(collector, stall_timeout_s=cfg.collector.stall_timeout_s)
+    return WatchedCollector(
+        collector, stall_timeout_s=cfg.collector.stall_timeout_s, learner_policy=policy
+    )
 
 
 def _alive(proc: Any) -> bool | None:
@@ -461,12 +463,27 @@ class WatchedCollector:
     it records the reason and sends SIGUSR1 to the main thread, whose handler raises
     ``CollectorFailure`` there (a blocked wait is interrupted too). ``shutdown`` then kills the
     remaining workers before TorchRL's own shutdown, bounded in time, so nothing is left behind.
+
+    ``learner_policy``: the module the learner updates. An in-process ``Collector`` that acts
+    with that very module (no copy, no compiled wrapper) already acts with the new weights, so
+    ``update_policy_weights_()`` skips TorchRL's copy of every weight onto itself (0.8 ms a
+    batch, measured: ~0.6% of an A2C batch).
     """
 
     def __init__(
-        self, collector: Any, *, stall_timeout_s: float, startup_timeout_s: float | None = None
+        self,
+        collector: Any,
+        *,
+        stall_timeout_s: float,
+        startup_timeout_s: float | None = None,
+        learner_policy: Any = None,
     ) -> None:
         self.inner = collector
+        self.acts_with_learner_weights = (
+            learner_policy is not None
+            and isinstance(collector, Collector)
+            and getattr(collector, "policy", None) is learner_policy
+        )
         self.stall_timeout_s = stall_timeout_s
         # The first batch includes starting the workers and their simulators.
         self.startup_timeout_s = startup_timeout_s or 5 * stall_timeout_s
@@ -555,6 +572,8 @@ class WatchedCollector:
             raise CollectorFailure(self.failure)
 
     def update_policy_weights_(self, *args: Any, **kwargs: Any) -> None:
+        if self.acts_with_learner_weights and not args and not kwargs:
+            return
         self.inner.update_policy_weights_(*args, **kwargs)
 
     def shutdown(self) -> None:

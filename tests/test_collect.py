@@ -211,6 +211,39 @@ def test_workers_act_with_new_weights_after_sync():
         collector.shutdown()
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_watched_collector_skips_the_weight_copy_only_when_it_acts_with_the_learners_module(
+    workers, monkeypatch
+):
+    from accelrl.collect import WatchedCollector
+
+    model = make_actor_critic("observation", (4,), 2)
+    inner = make_collector(
+        EnvConfig(game="CartPole-v1", num_envs=4),
+        CollectorConfig(num_workers=workers, steps_per_batch=64),
+        model,
+        seed=0,
+        plan=plan_threads(ThreadsConfig(), workers),
+        learner_device="cpu",
+    )
+    collector = WatchedCollector(inner, stall_timeout_s=60, learner_policy=model)
+    copies = []
+    real = inner.update_policy_weights_
+    monkeypatch.setattr(inner, "update_policy_weights_", lambda *a, **k: copies.append(1) or real())
+    try:
+        batches = iter(collector)
+        next(batches)
+        force_action(model, 1)  # an optimizer step, in place
+        collector.update_policy_weights_()
+        assert collector.acts_with_learner_weights == (workers == 0)
+        assert copies == ([] if workers == 0 else [1])
+        if workers:
+            next(batches)  # may have been collected before the sync
+        assert (next(batches)["action"] == 1).all(), "acting weights follow the learner's"
+    finally:
+        collector.shutdown()
+
+
 def test_in_process_collector_layout_and_keys():
     env_cfg = EnvConfig(game="Pong", num_envs=2)
     model = make_actor_critic("pixels", (4, 84, 84), 6)
