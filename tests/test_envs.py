@@ -296,6 +296,9 @@ import os, signal, sys
 from accelrl.config import EnvConfig
 from accelrl.envs.gym_atari import make_worker_env
 parent = int(sys.argv[1]) if len(sys.argv) > 1 else None
+# Python's own handler, as in a shell's foreground job (a background job of a script starts
+# with SIGINT ignored, which would read as "ignored" whatever the factory does).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 make_worker_env(EnvConfig(game="Pong", backend="gym"), seed=0, worker_index=0, parent_pid=parent)
 print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
 """
