@@ -174,6 +174,19 @@ def test_learner_probes_collection_threads_only_for_in_process_sync_collection()
         assert candidates == ([1, 2] if probed else [1]), (kind, workers, overlapped)
 
 
+def cartpole_collector(model, workers: int, steps_per_batch: int = 64, **kwargs):
+    """``make_collector`` over 4 CartPole simulators acting with ``model``."""
+    return make_collector(
+        EnvConfig(game="CartPole-v1", num_envs=4),
+        CollectorConfig(num_workers=workers, steps_per_batch=steps_per_batch),
+        model,
+        seed=0,
+        plan=plan_threads(ThreadsConfig(), workers),
+        learner_device="cpu",
+        **kwargs,
+    )
+
+
 def force_action(model, action: int) -> None:
     head = model.get_policy_head().module[0].module[-1]
     with torch.no_grad():
@@ -183,16 +196,8 @@ def force_action(model, action: int) -> None:
 
 
 def test_workers_act_with_new_weights_after_sync():
-    env_cfg = EnvConfig(game="CartPole-v1", num_envs=4)
     model = make_actor_critic("observation", (4,), 2)
-    collector = make_collector(
-        env_cfg,
-        CollectorConfig(num_workers=2, steps_per_batch=64),
-        model,
-        seed=0,
-        plan=plan_threads(ThreadsConfig(), 2),
-        learner_device="cpu",
-    )
+    collector = cartpole_collector(model, 2)
     try:
         batches = iter(collector)
         first = next(batches)
@@ -218,14 +223,7 @@ def test_watched_collector_skips_the_weight_copy_only_when_it_acts_with_the_lear
     from accelrl.collect import WatchedCollector
 
     model = make_actor_critic("observation", (4,), 2)
-    inner = make_collector(
-        EnvConfig(game="CartPole-v1", num_envs=4),
-        CollectorConfig(num_workers=workers, steps_per_batch=64),
-        model,
-        seed=0,
-        plan=plan_threads(ThreadsConfig(), workers),
-        learner_device="cpu",
-    )
+    inner = cartpole_collector(model, workers)
     collector = WatchedCollector(inner, stall_timeout_s=60, learner_policy=model)
     copies = []
     real = inner.update_policy_weights_

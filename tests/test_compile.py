@@ -105,21 +105,11 @@ def test_compiled_policy_acts_with_the_learners_latest_weights(num_workers):
     """``--compile.policy``: the collector acts through a compiled forward pass, and that pass
     follows the learner's weights after each sync (a compiled copy holding the first weights
     would act with the initial policy for the whole run)."""
-    from accelrl.collect import make_collector, plan_threads
-    from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig
     from accelrl.models import make_actor_critic
-    from tests.test_collect import force_action
+    from tests.test_collect import cartpole_collector, force_action
 
     model = make_actor_critic("observation", (4,), 2)
-    collector = make_collector(
-        EnvConfig(game="CartPole-v1", num_envs=4),
-        CollectorConfig(num_workers=num_workers, steps_per_batch=32),
-        model,
-        seed=0,
-        plan=plan_threads(ThreadsConfig(), num_workers),
-        learner_device="cpu",
-        compile_policy=True,
-    )
+    collector = cartpole_collector(model, num_workers, steps_per_batch=32, compile_policy=True)
     try:
         assert collector.compiled_policy
         batches = iter(collector)
