@@ -137,7 +137,7 @@ def probe_window() -> int:
 
 
 def recipe_fps(
-    algo: str, flags: list[str], batches: int, warmup: int, device: str = "cpu"
+    algo: str, flags: list[str], batches: int, warmup: int, device: str = "cpu", game: str = GAME
 ) -> float:
     """Steady frames/s over ``batches - warmup`` updates after the warm-up and the first thread
     probe (see the module docstring)."""
@@ -150,7 +150,7 @@ def recipe_fps(
     frames = batches * cfg.collector.steps_per_batch * cfg.env.frameskip
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
-            sys.executable, f"recipes/{algo}_atari.py", "--env.game", GAME,
+            sys.executable, f"recipes/{algo}_atari.py", "--env.game", game,
             "--total-frames", str(frames), "--run-dir", f"{tmp}/run", "--device", device,
             *QUIET, *RECIPE_ARGS[algo], *flags,
         ]  # fmt: skip

@@ -199,3 +199,61 @@ def test_replay_sample_benchmark_times_both_sides(tmp_path):
         (row,) = result[case]["rounds"]
         assert row["accelrl_us"] > 0 and row["plain_us"] > 0, row
         assert math.isfinite(result[case]["median_ratio"])
+
+
+FAKE_SOTA = """
+import sys, time
+import tqdm
+from utils_atari import batch_sleep  # the wrapper must put the script's folder on sys.path
+
+args = dict(a.lstrip("+").split("=", 1) for a in sys.argv[1:])
+if args.get("env.env_name") == "BrokenNoFrameskip-v4":
+    sys.exit("no such game")
+steps = int(args["collector.frames_per_batch"]) // 4
+pbar = tqdm.tqdm(total=int(args["collector.total_frames"]) // 4)
+for _ in range(int(args["collector.total_frames"]) // int(args["collector.frames_per_batch"])):
+    time.sleep(batch_sleep)
+    pbar.update(steps)
+"""
+
+
+def test_torchrl_peer_runs_the_script_as_shipped_with_the_recipes_work_per_batch(tmp_path):
+    """``benchmarks.peers`` gives TorchRL's PPO script the recipe's batch, minibatch, epochs and
+    simulators, runs it from its own folder (its ``utils_atari`` import), times it from its
+    progress bar, and names a failing script with its error."""
+    from benchmarks import peers
+    from recipes.ppo_atari import Config
+
+    cfg = Config()
+    args = dict(a.lstrip("+").split("=", 1) for a in peers.torchrl_overrides("Pong", 5, "/t"))
+    assert args["collector.frames_per_batch"] == str(cfg.collector.steps_per_batch * 4) == "4096"
+    assert args["collector.total_frames"] == str(5 * 4096)
+    assert args["loss.mini_batch_size"] == str(4096 // cfg.ppo.minibatches)
+    assert args["loss.ppo_epochs"] == str(cfg.ppo.epochs)
+    assert args["env.num_envs"] == str(cfg.env.num_envs)
+    assert args["env.env_name"] == "PongNoFrameskip-v4"
+    assert args["logger.backend"] == ""  # no wandb
+
+    (tmp_path / "ppo_atari.py").write_text(FAKE_SOTA)
+    (tmp_path / "utils_atari.py").write_text("batch_sleep = 0.05\n")
+    rate = peers.torchrl_fps(tmp_path, "Pong", batches=6, warmup=2)
+    # 4 batches of 1024 steps x 4 frames in >= 4 x 0.05 s
+    assert 0 < rate <= 4 * 4096 / (4 * 0.05)
+    with pytest.raises(RuntimeError, match="no such game"):
+        peers.torchrl_fps(tmp_path, "Broken", batches=3, warmup=1)
+    with pytest.raises(SystemExit):
+        peers.main(["--torchrl-sota", str(tmp_path / "missing")])
+
+
+def test_torchrl_peer_rate_starts_at_the_end_of_the_warmup():
+    from benchmarks.peers import read_marks, steady_rate
+
+    marks = read_marks(
+        "noise\naccelrl-peers-mark 1024 100.0\naccelrl-peers-mark 2048 130.0\n"
+        "accelrl-peers-mark 3072 132.0\r  50%|###  | 3072/6144accelrl-peers-mark 4096 135.0\n"
+    )
+    assert marks == [(1024, 100.0), (2048, 130.0), (3072, 132.0), (4096, 135.0)]
+    # from the end of batch 2 (step 2048, 130 s) to the end: 2048 steps x 4 frames in 5 s
+    assert steady_rate(marks, warmup=2) == 2048 * 4 / 5.0
+    with pytest.raises(ValueError, match="warmup"):
+        steady_rate(marks, warmup=4)
