@@ -440,10 +440,11 @@ def learner_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]
         runs = [["--algos", "ppo", "--batches", "3", "--warmup", "1", "--no-compile"]]
     else:
         # One round of 4 steady PPO batches (~4 s) read the recipe anywhere in 0.70-1.21x of
-        # the same plain loop across runs of the same code (2026-12-02): PPO gets 10 steady
-        # batches and 3 rounds (medians). CartPole times a whole 20k-step run: one round.
+        # the same plain loop across runs of the same code (2026-12-02): PPO gets 8 steady
+        # batches and 2 rounds (medians; 12 batches x 3 rounds would take ~1.5 h on a slow
+        # 2-core host). CartPole times a whole 20k-step run: one round.
         runs = [
-            ["--algos", "ppo", "--batches", "12", "--rounds", "3", "--busy"],
+            ["--algos", "ppo", "--batches", "10", "--rounds", "2", "--busy"],
             ["--algos", "dqn-cartpole", "--busy"],
         ]
     results: dict[str, Any] = {}
