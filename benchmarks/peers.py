@@ -38,7 +38,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.learner_speed import REPO, recipe_fps
+from benchmarks.learner_speed import recipe_fps
 
 MARK = "accelrl-peers-mark"
 
@@ -181,5 +181,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO))
     main()
