@@ -30,14 +30,13 @@ reference in every other row.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.common import cores, median_ratio, write_json
 from benchmarks.learner_speed import recipe_fps
 
 MARK = "accelrl-peers-mark"
@@ -140,20 +139,19 @@ def main(argv: list[str] | None = None) -> dict:
         )
     if opts.warmup < 1 or opts.batches <= opts.warmup:
         parser.error(f"--warmup {opts.warmup} --batches {opts.batches}: need 1 <= warmup < batches")
-    cores = len(os.sched_getaffinity(0))
+    overrides = torchrl_overrides(opts.game, opts.batches, "<tmp>", opts.device)
+    batch = next(o for o in overrides if o.startswith("collector.frames_per_batch="))
     print(
-        f"peers: {opts.game}, {cores} cores, device {opts.device}, {opts.batches} batches of 4096 "
-        f"frames, first {opts.warmup} left out, {opts.rounds} round(s); TorchRL script {script}",
+        f"peers: {opts.game}, {cores()} cores, device {opts.device}, {opts.batches} batches "
+        f"({batch}), first {opts.warmup} left out, {opts.rounds} round(s); TorchRL script {script}",
         flush=True,
     )
     rates: dict[str, list[float]] = {"recipe": [], "torchrl": []}
-    ratios = []
     for r in range(opts.rounds):
         rec = recipe_fps("ppo", [], opts.batches, opts.warmup, opts.device, game=opts.game)
         ref = torchrl_fps(opts.torchrl_sota, opts.game, opts.batches, opts.warmup, opts.device)
         rates["recipe"].append(rec)
         rates["torchrl"].append(ref)
-        ratios.append(rec / ref)
         print(
             f"  round {r + 1}/{opts.rounds}: recipe {rec:,.0f} frames/s, TorchRL's "
             f"ppo_atari.py {ref:,.0f}, ratio {rec / ref:.2f}",
@@ -161,14 +159,14 @@ def main(argv: list[str] | None = None) -> dict:
         )
     result = {
         "game": opts.game,
-        "cores": cores,
+        "cores": cores(),
         "device": opts.device,
         "batches": opts.batches,
         "warmup": opts.warmup,
-        "overrides": torchrl_overrides(opts.game, opts.batches, "<tmp>", opts.device),
+        "overrides": overrides,
         "rounds": rates,
-        "ratios": ratios,
-        "ratio_median": statistics.median(ratios),
+        "ratios": [a / b for a, b in zip(rates["recipe"], rates["torchrl"], strict=True)],
+        "ratio_median": median_ratio(rates["recipe"], rates["torchrl"]),
     }
     print(
         f"recipe vs TorchRL's PPO Atari example: median {statistics.median(rates['recipe']):,.0f} "
@@ -176,7 +174,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"{result['ratio_median']:.2f}x"
     )
     if opts.json:
-        opts.json.write_text(json.dumps(result, indent=2))
+        write_json(str(opts.json), result)
     return result
 
 

@@ -217,7 +217,9 @@ for _ in range(int(args["collector.total_frames"]) // int(args["collector.frames
 """
 
 
-def test_torchrl_peer_runs_the_script_as_shipped_with_the_recipes_work_per_batch(tmp_path):
+def test_torchrl_peer_runs_the_script_as_shipped_with_the_recipes_work_per_batch(
+    tmp_path, monkeypatch
+):
     """``benchmarks.peers`` gives TorchRL's PPO script the recipe's batch, minibatch, epochs and
     simulators, runs it from its own folder (its ``utils_atari`` import), times it from its
     progress bar, and names a failing script with its error."""
@@ -243,6 +245,15 @@ def test_torchrl_peer_runs_the_script_as_shipped_with_the_recipes_work_per_batch
         peers.torchrl_fps(tmp_path, "Broken", batches=3, warmup=1)
     with pytest.raises(SystemExit):
         peers.main(["--torchrl-sota", str(tmp_path / "missing")])
+
+    # the whole benchmark: rounds pair the recipe (stubbed here) with the script
+    monkeypatch.setattr(peers, "recipe_fps", lambda *a, **k: 1000.0)
+    out = tmp_path / "peers.json"
+    result = peers.main(["--torchrl-sota", str(tmp_path), "--batches", "4", "--json", str(out)])
+    assert json.loads(out.read_text()) == result
+    assert result["rounds"]["recipe"] == [1000.0, 1000.0]
+    assert result["ratios"] == [1000.0 / r for r in result["rounds"]["torchrl"]]
+    assert result["ratio_median"] == pytest.approx(sum(result["ratios"]) / 2)
 
 
 def test_torchrl_peer_rate_starts_at_the_end_of_the_warmup():
