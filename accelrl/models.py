@@ -87,8 +87,9 @@ class NatureCNN(nn.Module):
         self.out_features = features
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
-        # One conversion pass (copy=True: never scale a caller's float tensor in place).
-        x = pixels.to(torch.float32, copy=True).mul_(1.0 / 255.0)
+        # One conversion pass (copy=True: never scale a caller's float tensor in place), to the
+        # weights' dtype: float32, or float64 in the parity tests.
+        x = pixels.to(self.fc[0].weight.dtype, copy=True).mul_(1.0 / 255.0)
         batch = x.shape[:-3]
         y = self.fc(self.convs(x.reshape(-1, *x.shape[-3:])))
         return y.reshape(*batch, -1)
@@ -247,7 +248,7 @@ class QNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.pixels:
-            obs = obs.to(torch.float32, copy=True).mul_(1.0 / 255.0)
+            obs = obs.to(self.advantage[0].weight.dtype, copy=True).mul_(1.0 / 255.0)
             batch = obs.shape[:-3]
             x = self.features(obs.reshape(-1, *obs.shape[-3:]))
         else:

@@ -221,7 +221,7 @@ class ActorCritic(nn.Module):
         self.v = orth(nn.Linear(512, 1), 1.0)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.trunk(obs.float() / 255.0)
+        h = self.trunk(obs.to(self.pi.weight.dtype) / 255.0)
         return self.pi(h), self.v(h).squeeze(-1)
 
 
@@ -395,7 +395,7 @@ def ppo_phase(
     b_obs, b_act, b_logp, b_adv, b_ret, b_val = batch
     n = b_act.shape[0]
     mb = n // p.minibatches
-    stats = torch.zeros(3, device=b_adv.device)
+    stats = torch.zeros(3, dtype=b_adv.dtype, device=b_adv.device)
     for _ in range(p.epochs):
         order = torch.randperm(n, device=b_adv.device)
         for i in range(0, n, mb):

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 # Tests share 2 cores with ALE's threads and collector workers: one torch thread avoids
-# OpenMP barrier stalls (see accelrl.collect.plan_threads).
-torch.set_num_threads(1)
+# OpenMP barrier stalls (see accelrl.collect.plan_threads). ACCELRL_TEST_THREADS=2 runs them
+# with two (tests/under_kernels.sh does, to show no result depends on the thread count).
+torch.set_num_threads(int(os.environ.get("ACCELRL_TEST_THREADS", "1")))
 
 START_CLUSTER = "bash slurm/testing/local_cluster.sh start"
 

@@ -1,5 +1,17 @@
 """One Breakout batch seen by a recipe's update and by its plain loop (benchmarks.plain_loops):
-the helpers of the by-construction parity tests in test_a2c.py and test_ppo.py."""
+the helpers of the by-construction parity tests in test_a2c.py and test_ppo.py.
+
+Both sides run in float64 (``tests.numerics.float64()`` around building the agent). In
+float32 the two implementations order their reductions differently, and so do CPU kernels
+(AVX2, AVX-512, oneDNN's ISA, thread counts): after four PPO epochs at 40x the default learning
+rate a weight differed by 1.4e-6 between kernels, as much as a deliberate break moves some
+weights. In float64 those differences are ~1e-15. What remains is the one place where the
+implementations differ by design: PPO's advantage standardisation divides by ``std + 1e-8`` in
+the plain loop (CleanRL's form) and by ``max(std, 1e-6)`` in TorchRL's loss, a relative
+1e-8/std; after four epochs it leaves weights up to 3.4e-7 apart relatively and 2.4e-10
+absolutely. ``TOL`` sits above that and far below what the breaks these tests catch move
+(1e-5 and more).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +24,9 @@ from torch import nn
 from accelrl.config import EnvConfig
 from accelrl.envs import make_env
 from benchmarks import plain_loops as pl
+
+TOL = dict(rtol=1e-6, atol=1e-9)
+"""Float64 tolerance of the parity tests (see the module docstring)."""
 
 SPEC = {"obs_key": "pixels", "obs_shape": (4, 84, 84)}
 """``make_agent``'s env description for Breakout frames (``num_actions`` from ``num_actions``)."""
@@ -34,6 +49,8 @@ def breakout_batch(policy: nn.Module, envs: int, steps: int) -> TensorDictBase:
         batch = env.rollout(steps, policy, break_when_any_done=False)
     env.close()
     nxt = batch.get("next")
+    # Rewards in the networks' dtype: TorchRL's GAE computes in the reward's (float32 gamma).
+    nxt.set("reward", nxt.get("reward").to(batch.get("state_value").dtype))
     reward, life_lost = nxt.get("reward"), nxt.get("life_lost")
     done, term, trunc = nxt.get("done"), nxt.get("terminated"), nxt.get("truncated")
     reward[0, 1], reward[2, 4], reward[3, 0] = 1.0, 1.0, -1.0
@@ -49,7 +66,7 @@ def plain_twin(model: nn.Module) -> tuple[pl.ActorCritic, list[nn.Parameter]]:
     ``accelrl.models.make_actor_critic``), and ``model``'s parameters in the plain order."""
     ours = [*model[0].parameters(), *model.get_policy_head().parameters(),
             *model.get_value_head().parameters()]  # fmt: skip
-    plain = pl.ActorCritic(ours[-4].shape[0])
+    plain = pl.ActorCritic(ours[-4].shape[0]).to(ours[0].dtype)
     assert [p.shape for p in ours] == [p.shape for p in plain.parameters()]
     with torch.no_grad():
         for mine, theirs in zip(ours, plain.parameters(), strict=True):
@@ -66,8 +83,10 @@ def plain_view(batch: TensorDictBase, plain: pl.ActorCritic, a: Any) -> tuple[to
     done, lost = nxt.get("done"), nxt.get("life_lost")
     lost = lost & ~done
 
+    dtype = batch.get("state_value").dtype  # the networks' (float64 in the parity tests)
+
     def time_first(x: torch.Tensor) -> torch.Tensor:
-        return x.squeeze(-1).transpose(0, 1).float()
+        return x.squeeze(-1).transpose(0, 1).to(dtype)
 
     rollout = pl.Rollout.__new__(pl.Rollout)
     rollout.steps = steps

@@ -5,10 +5,15 @@ the online one, and compares accelrl's ``DQN`` (TorchRL's losses inside) with th
 formula written out here: DQN / Double-DQN targets with ``gamma ** k`` bootstraps over
 terminations and truncations, the C51 projection, the dueling combination, hard and Polyak
 target updates, importance weights and priorities.
+
+Networks, batches and loss constants are float64 (``tests.numerics``): the two sides of each
+comparison then agree to ~1e-15 on any CPU kernel and thread count, and ``TIGHT`` is safe on
+every host while a wrong term moves the loss or a gradient by 1e-3 and more.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 
@@ -19,23 +24,33 @@ from tensordict import TensorDict
 
 from accelrl.algos.dqn import DQN, DQNConfig
 from accelrl.models import QNetwork
+from tests.numerics import TIGHT, float64
+
+pytestmark = pytest.mark.numerics
 
 GAMMA = 0.9
 B, OBS, ACTIONS = 12, 4, 3
 
 
-def make_dqn(on_nonfinite: str = "stop", **changes) -> DQN:
+def make_dqn(
+    on_nonfinite: str = "stop",
+    dtype: torch.dtype = torch.float64,
+    compile_loss: bool = False,
+    **changes,
+) -> DQN:
     torch.manual_seed(0)
     cfg = DQNConfig(gamma=GAMMA, max_grad_norm=1e9, **changes)
-    return DQN(
-        cfg,
-        obs_key="observation",
-        obs_shape=(OBS,),
-        num_actions=ACTIONS,
-        device=torch.device("cpu"),
-        mlp_hidden=(16, 16),
-        on_nonfinite=on_nonfinite,
-    )
+    with float64() if dtype == torch.float64 else contextlib.nullcontext():
+        return DQN(
+            cfg,
+            obs_key="observation",
+            obs_shape=(OBS,),
+            num_actions=ACTIONS,
+            device=torch.device("cpu"),
+            mlp_hidden=(16, 16),
+            on_nonfinite=on_nonfinite,
+            compile_loss=compile_loss,
+        )
 
 
 def network(dqn: DQN) -> QNetwork:
@@ -63,20 +78,22 @@ def desync_target(dqn: DQN) -> None:
                 p.add_(0.3 * torch.randn_like(p))
 
 
-def fixed_batch(weight: bool = False) -> TensorDict:
+def fixed_batch(weight: bool = False, dtype: torch.dtype = torch.float64) -> TensorDict:
+    """Twelve transitions with terminations, truncations and n-step lengths."""
     gen = torch.Generator().manual_seed(1)
+    f64 = dtype
     terminated = torch.tensor([0, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0], dtype=torch.bool)
     truncated = torch.tensor([0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0], dtype=torch.bool)
     k = torch.tensor([1, 1, 2, 3, 2, 3, 1, 3, 2, 3, 3, 1])
     col = (B, 1)
     td = TensorDict(
         {
-            "observation": torch.randn(B, OBS, generator=gen),
+            "observation": torch.randn(B, OBS, generator=gen, dtype=f64),
             "action": torch.randint(ACTIONS, (B,), generator=gen),
             "steps_to_next_obs": k.view(col),
             "next": {
-                "observation": torch.randn(B, OBS, generator=gen),
-                "reward": torch.randn(B, generator=gen).view(col) * 3,
+                "observation": torch.randn(B, OBS, generator=gen, dtype=f64),
+                "reward": torch.randn(B, generator=gen, dtype=f64).view(col) * 3,
                 "terminated": terminated.view(col),
                 "truncated": truncated.view(col),
                 "done": (terminated | truncated).view(col),
@@ -85,7 +102,7 @@ def fixed_batch(weight: bool = False) -> TensorDict:
         batch_size=[B],
     )
     if weight:
-        td["_weight"] = torch.rand(B, generator=gen) + 0.1
+        td["_weight"] = torch.rand(B, generator=gen, dtype=f64) + 0.1
     return td
 
 
@@ -99,7 +116,7 @@ def hand_q_loss(dqn: DQN, td: TensorDict, double: bool, weight: torch.Tensor | N
         else:
             best = next_target.argmax(-1)
         bootstrap = next_target[rows, best]
-        k = td["steps_to_next_obs"].view(-1).float()
+        k = td["steps_to_next_obs"].view(-1).to(td["next", "reward"])
         # Truncated transitions bootstrap; terminated ones do not.
         alive = (~td["next", "terminated"].view(-1)).float()
         y = td["next", "reward"].view(-1) + GAMMA**k * alive * bootstrap
@@ -130,12 +147,12 @@ def test_q_loss_gradient_and_priorities_match_hand_computation(double, weighted)
     # Importance weights as in Schaul et al. (2016): mean(w * loss), w already divided by
     # max(w) by the replay (TorchRL's own weighted mean, sum(w l) / sum(w), is not that).
     loss, priority = dqn.objective(td.clone())
-    torch.testing.assert_close(loss, hand.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(loss, hand.detach(), **TIGHT)
     loss.backward()
     for got, want in zip(grads(params), expected_grads, strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(got, want, **TIGHT)
     # Priorities are |TD error| (TorchRL writes it squared).
-    torch.testing.assert_close(priority, hand_priority, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(priority, hand_priority, **TIGHT)
 
 
 def test_update_applies_one_adam_step_of_the_hand_gradient():
@@ -147,7 +164,7 @@ def test_update_applies_one_adam_step_of_the_hand_gradient():
     opt = torch.optim.Adam(reference.parameters(), lr=1e-2, eps=dqn.cfg.adam_eps)
     rows = torch.arange(B)
     with torch.no_grad():
-        k = td["steps_to_next_obs"].view(-1).float()
+        k = td["steps_to_next_obs"].view(-1).to(td["next", "reward"])
         alive = (~td["next", "terminated"].view(-1)).float()
         y = (
             td["next", "reward"].view(-1)
@@ -158,7 +175,7 @@ def test_update_applies_one_adam_step_of_the_hand_gradient():
     opt.step()
     dqn.update(td)
     for got, want in zip(network(dqn).parameters(), reference.parameters(), strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got, want, **TIGHT)
 
 
 def hand_c51_loss(dqn: DQN, td: TensorDict) -> torch.Tensor:
@@ -172,7 +189,7 @@ def hand_c51_loss(dqn: DQN, td: TensorDict) -> torch.Tensor:
         p_online = online(td["next", "observation"]).softmax(-2)  # [B, atoms, A]
         best = (p_online * support[:, None]).sum(-2).argmax(-1)
         p_next = target(td["next", "observation"]).softmax(-2)[rows, :, best]  # [B, atoms]
-        k = td["steps_to_next_obs"].view(-1, 1).float()
+        k = td["steps_to_next_obs"].view(-1, 1).to(td["next", "reward"])
         alive = (~td["next", "terminated"].view(-1, 1)).float()
         tz = (td["next", "reward"].view(-1, 1) + alive * GAMMA**k * support).clamp(
             cfg.v_min, cfg.v_max
@@ -182,31 +199,36 @@ def hand_c51_loss(dqn: DQN, td: TensorDict) -> torch.Tensor:
         b = (tz - cfg.v_min) / dz  # [B, atoms]
         kernel = (1 - (b[:, :, None] - torch.arange(cfg.atoms)[None, None]).abs()).clamp_min(0)
         m = (p_next[:, :, None] * kernel).sum(1)  # [B, atoms]
-        assert torch.allclose(m.sum(-1), torch.ones(B), atol=1e-5)
+        torch.testing.assert_close(m.sum(-1), torch.ones(B), rtol=0, atol=1e-5)
     log_p = online(td["observation"]).log_softmax(-2)[rows, :, td["action"]]
     return -(m * log_p).sum(-1).mean()
 
 
 def test_c51_projection_and_cross_entropy_match_hand_computation():
-    dqn = make_dqn(distributional=True, atoms=11, v_min=-5.0, v_max=5.0)
+    # Float32: TorchRL's C51 projection (DistributionalDQNLoss) works in float32 only. The loss
+    # sums 12 x 11 products m * log p of order 1; two summation orders of n terms differ by at
+    # most n * 2**-24 of their absolute sum (132 * 6e-8 = 8e-6 of a loss of ~2): rtol 1e-5.
+    # A mass put on the wrong neighbour atom moves the loss by ~1e-2.
+    dqn = make_dqn(dtype=torch.float32, distributional=True, atoms=11, v_min=-5.0, v_max=5.0)
     desync_target(dqn)
-    td = fixed_batch()
+    td = fixed_batch(dtype=torch.float32)
     hand = hand_c51_loss(dqn, td)
     loss, _ = dqn.objective(td.clone())
-    torch.testing.assert_close(loss, hand.detach(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(loss, hand.detach(), rtol=1e-5, atol=0)
 
 
 def test_dueling_head_is_value_plus_centred_advantage():
-    net = QNetwork("observation", (OBS,), ACTIONS, dueling=True, mlp_hidden=(8,))
-    x = torch.randn(5, OBS)
+    with float64():
+        net = QNetwork("observation", (OBS,), ACTIONS, dueling=True, mlp_hidden=(8,))
+        dist = QNetwork("observation", (OBS,), ACTIONS, dueling=True, atoms=7, mlp_hidden=(8,))
+    x = torch.randn(5, OBS, dtype=torch.float64)
     h = net.features(x)
     a, v = net.advantage(h), net.value(h)
-    torch.testing.assert_close(net(x), v + a - a.mean(-1, keepdim=True))
-    dist = QNetwork("observation", (OBS,), ACTIONS, dueling=True, atoms=7, mlp_hidden=(8,))
+    torch.testing.assert_close(net(x), v + a - a.mean(-1, keepdim=True), **TIGHT)
     h = dist.features(x)
     a = dist.advantage(h).view(5, 7, ACTIONS)
     v = dist.value(h).view(5, 7, 1)
-    torch.testing.assert_close(dist(x), v + a - a.mean(-1, keepdim=True))
+    torch.testing.assert_close(dist(x), v + a - a.mean(-1, keepdim=True), **TIGHT)
 
 
 def test_vector_q_network_uses_relu_and_default_init():
@@ -251,7 +273,7 @@ def test_polyak_target_update():
         before = online_and_target(dqn)[1]
         dqn.update(td.clone())
         online, target = online_and_target(dqn)
-        torch.testing.assert_close(target, (1 - tau) * before + tau * online)
+        torch.testing.assert_close(target, (1 - tau) * before + tau * online, **TIGHT)
 
 
 def test_skipped_nonfinite_step_returns_no_priorities():
@@ -322,10 +344,10 @@ def test_direct_q_loss_matches_torchrl_dqnloss_through_target_copies_and_loading
             for p in params:
                 p.grad = None
         (direct, direct_td, direct_grads), (torchrl, torchrl_td, torchrl_grads) = results
-        torch.testing.assert_close(direct, torchrl, rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(direct_td, torchrl_td, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(direct, torchrl, **TIGHT)
+        torch.testing.assert_close(direct_td, torchrl_td, **TIGHT)
         for got, want in zip(direct_grads, torchrl_grads, strict=True):
-            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(got, want, **TIGHT)
 
     desync_target(dqn)
     both(dqn)

@@ -206,6 +206,7 @@ def reference_stacks(actions, seed=0):
     return np.stack(stacks), np.array(scores, np.float32), np.array(dones)
 
 
+@pytest.mark.numerics
 def test_preprocessing_matches_gymnasium_atari_preprocessing():
     """Both backends against ``AtariPreprocessing`` over one deterministic Pong action sequence.
 

@@ -6,27 +6,34 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 from accelrl.models import NatureCNN, make_actor_critic
+from tests.numerics import TIGHT, float64
 
 
+@pytest.mark.numerics
 def test_nature_cnn_shapes_and_uint8_scaling():
-    net = NatureCNN()
+    # Float64 (tests.numerics): x * (1/255) and x / 255 differ in the last bit, and the 3136-wide
+    # layer sums such differences in an order each CPU kernel picks.
+    with float64():
+        net = NatureCNN()
     assert net.fc[0].in_features == 3136 and net.out_features == 512
     frames = torch.randint(0, 256, (2, 3, 4, 84, 84), dtype=torch.uint8)
     out = net(frames)
-    assert out.shape == (2, 3, 512)
+    assert out.shape == (2, 3, 512) and out.dtype == torch.float64  # the weights' dtype
     # The trunk sees frames in [0, 1]: its layers applied by hand to frames / 255.
-    by_hand = net.fc(net.convs(frames.reshape(6, 4, 84, 84).float() / 255.0)).reshape(2, 3, 512)
-    torch.testing.assert_close(out, by_hand)
-    torch.testing.assert_close(net(frames.float()), out)  # float frames in 0..255 alike
+    by_hand = net.fc(net.convs(frames.reshape(6, 4, 84, 84).double() / 255.0)).reshape(2, 3, 512)
+    torch.testing.assert_close(out, by_hand, **TIGHT)
+    torch.testing.assert_close(net(frames.double()), out, **TIGHT)  # float frames in 0..255 alike
 
 
+@pytest.mark.numerics
 def test_q_network_scales_uint8_frames():
     from accelrl.models import QNetwork
 
-    net = QNetwork("pixels", (4, 84, 84), 6)
+    with float64():
+        net = QNetwork("pixels", (4, 84, 84), 6)
     frames = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
-    by_hand = net.advantage(net.features(frames.float() / 255.0))
-    torch.testing.assert_close(net(frames), by_hand)
+    by_hand = net.advantage(net.features(frames.double() / 255.0))
+    torch.testing.assert_close(net(frames), by_hand, **TIGHT)
 
 
 def test_float_input_is_not_modified_in_place():
@@ -40,6 +47,8 @@ def test_orthogonal_init_and_small_policy_head():
     model = make_actor_critic("pixels", (4, 84, 84), 6)
     conv = model.module[0].module.convs[0].weight.flatten(1)
     gram = conv @ conv.T
+    # Float32 QR (LAPACK) and a 256-term product: each Gram entry is within 256 * 2**-24 of
+    # 2 (at most 2e-5 worst case, ~1e-6 typically) on any kernel; a wrong gain moves it by 0.1.
     torch.testing.assert_close(gram, 2.0 * torch.eye(32), atol=1e-4, rtol=1e-4)
     policy_head = model.get_policy_head().module[0].module
     assert policy_head.weight.abs().max() < 0.05

@@ -423,9 +423,10 @@ class DQN:
             # gamma ** k for a k-step sample (k < n at an episode end; TorchRL's key), 0 past a
             # terminal
             k = sample.get("steps_to_next_obs", None)
-            gamma = self.cfg.gamma if k is None else self.cfg.gamma ** k.reshape(-1).float()
+            reward = nxt.get("reward").reshape(-1)
+            gamma = self.cfg.gamma if k is None else self.cfg.gamma ** k.reshape(-1).to(reward)
             discount = gamma * (~nxt.get("terminated")).reshape(-1)
-            target = nxt.get("reward").reshape(-1) + discount * bootstrap
+            target = reward + discount * bootstrap
         per_sample = F.smooth_l1_loss(q, target, reduction="none")
         weight = sample.get("_weight", None)
         if weight is not None:
