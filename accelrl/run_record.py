@@ -88,6 +88,9 @@ LABELS = {
 }
 
 
+_NOT_FLAGS = ("resolved.", "accelrl.")
+
+
 class DamagedRecord(ValueError):
     """A record file that cannot be read; the message names the file and what is wrong."""
 
@@ -281,6 +284,16 @@ def read_changes(run_dir: Path) -> tuple[list[dict[str, Any]], int]:
     return records, bad
 
 
+def describe_record(record: dict[str, Any]) -> str:
+    """``--total-frames 1024 -> 2048, --ppo.lr 0.00025 -> 0.5 (changes what is learned)``."""
+    parts = []
+    for c in record["changes"]:
+        if isinstance(c, dict) and "key" in c:
+            text = Change(str(c["key"]), c.get("old"), c.get("new")).describe()
+            parts.append(text + (" (changes what is learned)" if c.get("learned") else ""))
+    return ", ".join(parts)
+
+
 def apply_changes(settings: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
     """``settings`` (flat) as the recorded changes left them."""
     out = dict(settings)
@@ -289,6 +302,28 @@ def apply_changes(settings: dict[str, Any], records: list[dict[str, Any]]) -> di
             if isinstance(change, dict) and "key" in change:
                 out[change["key"]] = change.get("new")
     return out
+
+
+def current_config(run_dir: Path, saved: dict[str, Any]) -> dict[str, Any]:
+    """config.json's ``config`` (``saved``) as the changes recorded since have left it: the flags
+    the run continues with. Raises ``DamagedRecord`` when the changes cannot be read."""
+    records, _ = read_changes(run_dir)
+    flags = [
+        change
+        for record in records
+        for change in record["changes"]
+        if isinstance(change, dict) and not str(change.get("key")).startswith(_NOT_FLAGS)
+    ]
+    flat = {_renamed(k): v for k, v in flatten(saved["config"]).items()}
+    flat = apply_changes(flat, [{"changes": flags}])
+    nested: dict[str, Any] = {}
+    for key, value in flat.items():
+        *sections, name = key.split(".")
+        node = nested
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = value
+    return nested
 
 
 def append_changes(run_dir: Path, frames: int, changes: list[Change]) -> None:

@@ -175,6 +175,22 @@ def test_resume_refuses_changes_to_what_is_learned_and_records_the_others(
     assert last["frames"] == 256
     assert {"key": "ppo.lr", "old": 0.00025, "new": 0.5, "learned": True} in last["changes"]
 
+    # Reports list the changes; plots draw a line where each happened.
+    from matplotlib.axes import Axes
+
+    from accelrl.plot import plot_runs
+    from accelrl.report import report
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        report([run], tmp_path / "r", reps=10)
+    text = (tmp_path / "r.txt").read_text()
+    assert "resumed at 128 frames with --log.checkpoint-every-frames 1000000 -> 64" in text
+    assert "--ppo.lr 0.00025 -> 0.5 (changes what is learned)" in text
+    lines, real = [], Axes.axvline
+    monkeypatch.setattr(Axes, "axvline", lambda ax, x, **kw: lines.append(x) or real(ax, x, **kw))
+    plot_runs([run], tmp_path / "p.png")
+    assert lines == [128, 256]
+
 
 # ----- damage -----------------------------------------------------------------------------------
 
@@ -186,6 +202,10 @@ def test_damaged_record_files_stop_with_one_line(finished, tmp_path, monkeypatch
     config.write_text(good[: len(good) // 2])
     code, _, err = cli(tiny(run, 256, "--resume"))
     assert_one_clear_line(code, err, [f"{config} is not valid JSON (line", "move it away"])
+    from accelrl.report import ReportError, read_run
+
+    with pytest.raises(ReportError, match="is not valid JSON"):
+        read_run(run)
 
     config.write_text(json.dumps({**json.loads(good), "folder_format": 99}))
     code, _, err = cli(tiny(run, 256, "--resume"))
