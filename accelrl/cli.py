@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import io
-import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -20,6 +19,7 @@ from accelrl.collect import CollectorFailure
 from accelrl.config import RENAMED_FIELDS
 from accelrl.distributed import PeerLost
 from accelrl.run_folder import RunInterrupted
+from accelrl.run_record import dumps
 from accelrl.validate import ConfigError, validate_common
 
 C = TypeVar("C")
@@ -64,7 +64,7 @@ def run_recipe(
         # SIGTERM / SIGUSR2: the checkpoint is written; exit as the signal would (128 + n).
         print(f"accelrl: {stop}", file=sys.stderr)
         raise SystemExit(128 + stop.signum) from None
-    print_line(json.dumps(summary))
+    print_line(dumps(summary))  # a missing value (NaN) as null
     return summary
 
 

@@ -180,7 +180,12 @@ class RunConfig:
     run_dir: str | None = None
     """Folder for config, metrics.csv, TensorBoard events and checkpoints (default runs/...)."""
     resume: bool = False
-    """Continue the run in --run-dir from its latest checkpoint."""
+    """Continue the run in --run-dir from its latest checkpoint. Flags that change what the run
+    learns must match its config.json; others (a longer --total-frames, logging, devices) may
+    differ and are recorded in config_changes.jsonl."""
+    allow_config_change: bool = False
+    """With --resume: continue even with flags that change what the run learns (hyperparameters,
+    env, seed); each change is recorded with the frame count it applies from."""
     trust_checkpoint: bool = False
     """Read checkpoints with a full unpickle, which can run code stored in the file: only for
     files you trust that the default safe load (tensors, containers, numbers) refuses, such as

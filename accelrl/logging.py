@@ -10,13 +10,15 @@ Files in ``run_dir``:
 
 Emulator frames (agent steps x frame skip) are the x axis everywhere so that runs with different
 numbers of simulators, frame skips or GPUs line up. Every csv row is flushed when written, so a
-SIGKILL loses at most the row being written (a torn last line is dropped on resume).
+SIGKILL loses at most the row being written (on resume, a line cut mid-row is moved to
+``<name>.damaged`` with a warning).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import logging
 import math
 import numbers
 import os
@@ -41,6 +43,8 @@ _EPISODE_COLUMNS = ("frames", "return", "length")
 _MININTERVAL_TTY_S = 0.1
 _MININTERVAL_FILE_S = 5.0
 _CURSOR_MOVES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+log = logging.getLogger("accelrl")
 
 
 def _fmt(value: Any) -> str:
@@ -69,29 +73,55 @@ class _CsvFile:
         self._writer: Any = None
 
     def open(self, cut: int) -> None:
-        """Reopen for appending after dropping rows with frames > ``cut`` and any torn last line."""
+        """Reopen for appending after dropping rows with frames > ``cut``. Lines that are not
+        rows of the header's columns (the last one cut mid-line by a kill, a hand edit) are
+        moved to ``<name>.damaged`` with a warning."""
         self.close()
         self.columns = None
         text = self.path.read_text(encoding="utf-8") if self.path.exists() else ""
         if text:
-            # Rows are flushed whole, so only the last line can be torn: it lacks its newline.
-            rows = list(csv.reader(text.split("\n")[:-1]))
+            # Rows are flushed whole, so a kill can only cut the last line: it lacks its newline.
+            lines = text.split("\n")
+            torn = lines.pop()
+            rows = list(csv.reader(lines))
             header = rows[0] if rows else None
-            kept = [r for r in rows[1:] if header and self._keep(r, len(header), cut)]
-            if len(kept) != len(rows) - 1 or not text.endswith("\n"):
+            whole = [header is not None and self._whole(r, len(header)) for r in rows]
+            damaged = [line for line, ok in zip(lines[1:], whole[1:], strict=True) if not ok]
+            kept = [
+                r for r, ok in zip(rows[1:], whole[1:], strict=True) if ok and float(r[0]) <= cut
+            ]
+            damaged = [line for line in [*damaged, torn] if line.strip()]
+            if damaged:
+                self._set_aside(damaged)
+            if len(kept) != len(rows) - 1 or torn:
                 self._rewrite([header, *kept] if header else [])
             self.columns = header
         self._fh = open(self.path, "a", newline="", encoding="utf-8")
         self._writer = csv.writer(self._fh, lineterminator="\n")
 
     @staticmethod
-    def _keep(row: list[str], ncols: int, cut: int) -> bool:
+    def _whole(row: list[str], ncols: int) -> bool:
         if len(row) != ncols:
             return False
         try:
-            return float(row[0]) <= cut
+            float(row[0])
         except ValueError:
             return False
+        return True
+
+    def _set_aside(self, lines: list[str]) -> None:
+        side = self.path.with_name(self.path.name + ".damaged")
+        with open(side, "a", encoding="utf-8") as fh:
+            fh.write("".join(line + "\n" for line in lines))
+            fh.flush()
+            os.fsync(fh.fileno())
+        log.warning(
+            "%s: %d line(s) cut mid-line or not matching its header moved to %s; the rows "
+            "before and after them are kept",
+            self.path,
+            len(lines),
+            side.name,
+        )
 
     def _rewrite(self, rows: list[list[str]]) -> None:
         # Replace atomically so a kill during resume cannot lose the rows being kept.
@@ -410,6 +440,13 @@ class RunLogger:
         self._rate_mark = (self._frames, self._t0)
         if self._closed:
             return
+        for f, written in ((self._metrics, self._frames), (self._episodes, self._episodes_seen)):
+            if written and not f.path.exists():
+                log.warning(
+                    "%s is missing: its rows up to %d frames are lost; a new one starts here",
+                    f.path,
+                    self._frames,
+                )
         self._close_sinks()
         self._sinks()
         if self._bar is not None and self._bar.n != self._frames:

@@ -21,7 +21,6 @@ papers evaluate; ``--sample`` samples an actor-critic's policy instead.
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import os
 import random
@@ -37,6 +36,7 @@ from torchrl.envs.utils import step_mdp
 
 from accelrl.checkpoint import CheckpointError, load_checkpoint, load_latest
 from accelrl.config import from_dict, resolve_device
+from accelrl.run_record import CONFIG_NAME, DamagedRecord, current_config, read_config
 from accelrl.validate import check_device
 
 RECIPES = {
@@ -95,15 +95,19 @@ def load_agent(cfg: PlayConfig) -> LoadedAgent:
     """Rebuild the agent of ``cfg.run_dir`` and load its checkpoint (safely, see
     ``accelrl.checkpoint``); raises ``PlayError`` or ``CheckpointError`` with one line."""
     run_dir = Path(cfg.run_dir)
-    config_path = run_dir / "config.json"
-    if not config_path.is_file():
-        raise PlayError(f"{run_dir} has no config.json: not a run folder written by a recipe")
-    saved = json.loads(config_path.read_text())
+    config_path = run_dir / CONFIG_NAME
+    try:
+        saved = read_config(run_dir)
+        if saved is None:
+            raise PlayError(f"{run_dir} has no config.json: not a run folder written by a recipe")
+        config = current_config(run_dir, saved)  # with the changes a --resume brought in
+    except DamagedRecord as err:
+        raise PlayError(f"{err}: repair it by hand") from None
     algo = saved.get("algo")
     if algo not in RECIPES:
         raise PlayError(f"{config_path} names algo {algo!r}; play knows {sorted(RECIPES)}")
     recipe = importlib.import_module(RECIPES[algo])
-    run_cfg = from_dict(recipe.Config, saved["config"])
+    run_cfg = from_dict(recipe.Config, config)
     device_name = resolve_device(cfg.device)
     try:
         check_device("device", device_name)

@@ -4,8 +4,9 @@ Usage: ``python -m accelrl.plot RUN_DIR [RUN_DIR ...] [-o out.png] [--smooth 100
 
 Reads ``episodes.csv`` (frames, return, length) and ``metrics.csv`` (frames, time_s) written by
 ``accelrl.logging.RunLogger``; episodes get their wall time by interpolating ``time_s`` over
-``frames``. Uses matplotlib's Agg canvas directly (no pyplot), so it never needs a display and
-leaves the caller's backend alone.
+``frames``. A dashed vertical line marks each frame count where a ``--resume`` changed the run's
+flags (``config_changes.jsonl``), labelled with the flags it changed. Uses matplotlib's Agg canvas
+directly (no pyplot), so it never needs a display and leaves the caller's backend alone.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
+
+from accelrl.run_record import DamagedRecord, flag_name, read_changes
 
 
 class PlotError(ValueError):
@@ -78,14 +81,18 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, smooth: int = 100
         if not path.is_file():
             raise PlotError(f"{d} has no episodes.csv (not a run folder, or no episode finished)")
         ep = _read_columns(path, ("frames", "return"))
-        runs.append((d, ep["frames"], ep["return"], _wall_minutes(d, ep["frames"])))
+        try:
+            changes, _ = read_changes(d)
+        except DamagedRecord as err:
+            raise PlotError(str(err)) from None
+        runs.append((d, ep["frames"], ep["return"], _wall_minutes(d, ep["frames"]), changes))
     if not runs:
         raise PlotError("no run folders given")
 
     fig = Figure(figsize=(13, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
     ax_f, ax_t = fig.subplots(1, 2, sharey=True)
-    for i, (d, frames, returns, minutes) in enumerate(runs):
+    for i, (d, frames, returns, minutes, changes) in enumerate(runs):
         color = f"C{i % 10}"
         label = d.resolve().name
         smoothed = _rolling_mean(returns, smooth) if len(returns) else returns
@@ -94,6 +101,21 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, smooth: int = 100
                 continue
             ax.plot(x, returns, color=color, alpha=0.15, lw=0.6)
             ax.plot(x, smoothed, color=color, lw=1.6, label=label)
+        for record in changes:
+            # Where a --resume changed the run's flags (config_changes.jsonl).
+            at = float(record["frames"])
+            ax_f.axvline(at, color=color, ls="--", lw=0.9)
+            ax_f.annotate(
+                ", ".join(flag_name(str(c.get("key"))) for c in record["changes"]),
+                (at, 1.0),
+                xycoords=("data", "axes fraction"),
+                rotation=90,
+                va="top",
+                ha="right",
+                fontsize="x-small",
+                color=color,
+                in_layout=False,
+            )
     ax_f.set_xlabel("emulator frames")
     ax_f.xaxis.set_major_formatter(EngFormatter())
     ax_f.set_ylabel(f"episode return (mean of {smooth})")

@@ -7,7 +7,8 @@ performance profiles and learning curves.
 Each run folder gives its algorithm, game and seed (config.json), its final score (the final
 greedy evaluation in summary.json, else the last row of eval.csv, else the mean of its last 100
 training episodes; the source is printed) and its learning curve (episodes.csv). Runs are
-grouped by algorithm (``--group-by`` picks another config field, e.g. ``dqn.preset``).
+grouped by algorithm (``--group-by`` picks another config field, e.g. ``dqn.preset``). Flags a
+``--resume`` changed (config_changes.jsonl) are listed with the frame count they apply from.
 
 Aggregates follow Agarwal et al. (2021, "Deep RL at the edge of the statistical precipice"):
 median, mean and interquartile mean (IQM: the mean of the middle 50% of all run x game scores)
@@ -26,12 +27,19 @@ import math
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from accelrl.atari_scores import RANDOM_HUMAN, human_normalized
+from accelrl.run_record import (
+    CONFIG_NAME,
+    DamagedRecord,
+    describe_record,
+    read_changes,
+    read_config,
+)
 
 METRICS = ("median", "iqm", "mean")
 
@@ -51,6 +59,8 @@ class RunResult:
     source: str
     frames: np.ndarray
     returns: np.ndarray
+    changes: list[dict] = field(default_factory=list)
+    """Records of config_changes.jsonl: what a ``--resume`` changed, from which frame on."""
 
     @property
     def normalized(self) -> float:
@@ -66,21 +76,33 @@ def _field(config: dict, dotted: str):
     return value
 
 
-def _csv_rows(path: Path) -> list[dict[str, str]]:
+def _csv_rows(path: Path, *numbers: str) -> list[dict[str, float]]:
+    """The rows of ``path`` whose ``numbers`` columns all parse (a line cut by a kill, an empty
+    cell or a hand edit is skipped)."""
     if not path.is_file():
         return []
+    rows = []
     with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
+        for row in csv.DictReader(fh):
+            try:
+                rows.append({name: float(row[name]) for name in numbers})
+            except (KeyError, TypeError, ValueError):
+                continue
+    return rows
 
 
 def read_run(run_dir: str | Path, group_by: str = "algo") -> RunResult:
     """The final score and learning curve of one run folder."""
     run_dir = Path(run_dir)
-    path = run_dir / "config.json"
-    if not path.is_file():
+    try:
+        saved = read_config(run_dir)
+        changes, _ = read_changes(run_dir)
+    except DamagedRecord as err:
+        raise ReportError(f"{err}: repair it, or leave the run out of the report") from None
+    if saved is None:
         raise ReportError(f"{run_dir} has no config.json: not a run folder written by a recipe")
-    saved = json.loads(path.read_text())
-    config = saved.get("config", {})
+    path = run_dir / CONFIG_NAME
+    config = saved["config"]
     try:
         group = str(saved["algo"] if group_by == "algo" else _field(config, group_by))
     except KeyError:
@@ -89,22 +111,26 @@ def read_run(run_dir: str | Path, group_by: str = "algo") -> RunResult:
     from accelrl.envs import is_atari, rom_id
 
     game = rom_id(game_name) if is_atari(game_name) else game_name
-    rows = [r for r in _csv_rows(run_dir / "episodes.csv") if r.get("return") not in (None, "")]
-    frames = np.array([float(r["frames"]) for r in rows])
-    returns = np.array([float(r["return"]) for r in rows])
+    rows = _csv_rows(run_dir / "episodes.csv", "frames", "return")
+    frames = np.array([r["frames"] for r in rows])
+    returns = np.array([r["return"] for r in rows])
     summary_path = run_dir / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-    evals = [r for r in _csv_rows(run_dir / "eval.csv") if r.get("eval/greedy_return")]
-    if "eval/greedy_return" in summary:
+    try:
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+    except (OSError, ValueError) as err:
+        raise ReportError(f"{summary_path} cannot be read ({err}): repair it, or delete it to "
+                          "score the run from eval.csv or episodes.csv") from None  # fmt: skip
+    evals = _csv_rows(run_dir / "eval.csv", "eval/greedy_return")
+    if summary.get("eval/greedy_return") is not None:  # null: no evaluation
         score, source = float(summary["eval/greedy_return"]), "final greedy evaluation"
     elif evals:
-        score, source = float(evals[-1]["eval/greedy_return"]), "last greedy evaluation"
+        score, source = evals[-1]["eval/greedy_return"], "last greedy evaluation"
     elif len(returns):
         score, source = float(returns[-100:].mean()), "last-100 training mean"
     else:
         raise ReportError(f"{run_dir} has no evaluation and no finished episode to score")
     return RunResult(run_dir, group, game, int(config.get("seed", 0)), score, source, frames,
-                     returns)  # fmt: skip
+                     returns, changes)  # fmt: skip
 
 
 def score_matrix(results: Sequence[RunResult], games: Sequence[str]) -> np.ndarray:
@@ -256,6 +282,10 @@ def report(
             hn = f"{norm:.3f}" if not math.isnan(norm) else "-"
             lines.append(f"{group}  {game}  {len(scores)}  {scores.mean():.2f} +- "
                          f"{scores.std():.2f}  {hn}  ({', '.join(sources)})")  # fmt: skip
+    for r in results:
+        for record in r.changes:
+            lines.append(f"{r.run_dir}: resumed at {record['frames']} frames with "
+                         f"{describe_record(record)}")  # fmt: skip
     estimates: dict[str, dict] = {}
     matrices: dict[str, np.ndarray] = {}
     for group, rs in groups.items():

@@ -8,16 +8,16 @@ checkpoints, resume and summary.json.
         run.evaluate(policy, progress.frames); run.checkpoint(progress)
         return run.finish(progress)
 
-Rank 0 writes; the other ranks of a data-parallel job keep only counters. Leaving the ``with``
+Rank 0 writes, holding the folder's lock (``accelrl.run_lock``) from start to end; the other
+ranks of a data-parallel job keep only counters. ``--resume`` checks the flags against the
+folder's record and records what it may change (``accelrl.run_record``). Leaving the ``with``
 block on an error (non-finite loss, failed checkpoint, dead worker, lost peer) adds where the
 run stood, and its latest checkpoint, to the error's one-line message.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import signal
 import time
 from pathlib import Path
@@ -41,6 +41,9 @@ from accelrl.evaluate import evaluate
 from accelrl.logging import RunLogger
 from accelrl.process import Process
 from accelrl.progress import Progress
+from accelrl.run_lock import FolderLock
+from accelrl.run_record import CHANGES_NAME, Change, append_changes, dumps
+from accelrl.run_start import open_folder
 from accelrl.validate import ConfigError
 
 log = logging.getLogger("accelrl")
@@ -96,14 +99,26 @@ class RunFolder:
         run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(algo, cfg.env.game)
         # Every rank uses rank 0's folder (its default name holds rank 0's clock).
         self.dir = Path(distributed.gather_objects(str(run_dir))[0])
-        try:
-            self._check_resume_target()
-        except ConfigError:
-            proc.signals.restore()  # the ``with`` block is not entered
-            raise
+        self.lock = FolderLock(self.dir)
+        self.changes: list[Change] = []
+        resolved = {
+            "device": str(proc.device),
+            "threads": vars(proc.threads),
+            "world_size": proc.world_size,
+            **(resolved or {}),
+        }
+        # Rank 0 owns the folder: it locks it and checks it; every rank stops on its answer.
+        refusal = None
         if proc.is_main:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self._write_config(resolved or {})
+            try:
+                self.changes = open_folder(self.dir, self.lock, cfg, algo, resolved)
+            except ConfigError as err:
+                self.lock.release()
+                refusal = (err.name, err.value, err.allowed)
+        refusal = distributed.gather_objects(refusal)[0]
+        if refusal is not None:
+            proc.signals.restore()  # the ``with`` block is not entered
+            raise ConfigError(*refusal)
         self.policy: torch.nn.Module | None = None
         self.components: dict[str, Stateful] = {}
         self.logger: RunLogger | NullLogger = NullLogger()
@@ -111,40 +126,6 @@ class RunFolder:
         log.info("run dir %s", self.dir)
 
     # ----- start ----------------------------------------------------------------------------
-
-    def _check_resume_target(self) -> None:
-        if self.cfg.resume:
-            if not list_checkpoints(self.dir):
-                raise ConfigError("resume", True, f"no checkpoint in {self.dir} to resume from")
-            saved = self.dir / "config.json"
-            if saved.exists():
-                algo = json.loads(saved.read_text()).get("algo")
-                if algo != self.algo:
-                    raise ConfigError(
-                        "run_dir",
-                        str(self.dir),
-                        f"holds a {algo!r} run; cannot resume it with {self.algo!r}",
-                    )
-        elif list_checkpoints(self.dir):
-            raise ConfigError(
-                "run_dir",
-                str(self.dir),
-                "already holds checkpoints; pass --resume to continue it or pick a new --run-dir",
-            )
-
-    def _write_config(self, resolved: dict[str, Any]) -> None:
-        data = {
-            "algo": self.algo,
-            "config": to_dict(self.cfg),
-            "resolved": {
-                "device": str(self.proc.device),
-                "threads": vars(self.proc.threads),
-                **resolved,
-            },
-        }
-        tmp = self.dir / "config.json.tmp"
-        tmp.write_text(json.dumps(data, indent=2, default=str))
-        os.replace(tmp, self.dir / "config.json")
 
     def restore(self, policy: torch.nn.Module, **components: Stateful) -> Progress:
         """Register what checkpoints hold (``components``) and the policy that evaluations and
@@ -170,6 +151,14 @@ class RunFolder:
             frames, updates = int(state["frames"]), int(state["updates"])
             restore_rng(state["rng"])
             log.info("resumed from %s at %d frames, %d updates", path, frames, updates)
+            if self.changes and self.proc.is_main:
+                append_changes(self.dir, frames, self.changes)
+                log.info(
+                    "changed from %d frames on (recorded in %s): %s",
+                    frames,
+                    CHANGES_NAME,
+                    ", ".join(c.describe() for c in self.changes),
+                )
         self.proc.replicate(self.modules(), updates)
         if self.proc.is_main:
             self.logger = RunLogger(
@@ -357,7 +346,7 @@ class RunFolder:
         if self.proc.world_size > 1:
             summary["rank"], summary["world_size"] = self.proc.dist.rank, self.proc.world_size
         if self.proc.is_main:
-            (self.dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            (self.dir / "summary.json").write_text(dumps(summary, indent=2))
         self.logger.close()
         distributed.finish_together()
         return summary
@@ -381,4 +370,5 @@ class RunFolder:
                 err.accelrl_where = self.where()  # type: ignore[attr-defined]
             self.proc.signals.restore()
             self.logger.close()
+        self.lock.release()
         return False

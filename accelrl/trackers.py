@@ -19,6 +19,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from accelrl.run_record import flatten
+
 TRACKERS = ("wandb", "mlflow")
 # Modules each tracker imports -> the pip package that provides them. MLflow's default store
 # here is SQLite (its file store is deprecated in MLflow 3), which needs SQLAlchemy and Alembic
@@ -97,7 +99,7 @@ class Trackers:
         logger = ResumableMLFlowLogger(exp_name=project, tracking_uri=uri)
         ids["mlflow"] = logger.experiment.info.run_id
         if "config_logged" not in ids:
-            params = list(_flatten(config).items())
+            params = list(flatten(config).items())
             for i in range(0, len(params), 100):  # MLflow takes at most 100 params a call
                 mlflow.log_params(dict(params[i : i + 100]))
             ids["config_logged"] = "1"
@@ -117,14 +119,3 @@ class Trackers:
 
                 mlflow.end_run()
         self.loggers = {}
-
-
-def _flatten(config: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flatten(value, name + "."))
-        else:
-            out[name] = value
-    return out

@@ -113,9 +113,10 @@ def test_resume_with_another_algorithm_or_model_shape(tmp_path, capsys):
     capsys.readouterr()
     code, err = run_cli("a2c_atari", [*CARTPOLE, "--run-dir", run, "--resume"], capsys)
     assert_one_clear_line(code, err, ["'ppo' run", "'a2c'"])
-    code, err = run_cli(
-        "ppo_atari", [*CARTPOLE, "--run-dir", run, "--resume", "--model.mlp-hidden", "32"], capsys
-    )
+    smaller = [*CARTPOLE, "--run-dir", run, "--resume", "--model.mlp-hidden", "32"]
+    code, err = run_cli("ppo_atari", smaller, capsys)
+    assert_one_clear_line(code, err, ["--model.mlp-hidden [64, 64] -> [32]", "--allow-config"])
+    code, err = run_cli("ppo_atari", [*smaller, "--allow-config-change"], capsys)
     assert_one_clear_line(code, err, ["does not fit this model"])
     code, err = run_cli("ppo_atari", [*CARTPOLE, "--run-dir", run], capsys)
     assert_one_clear_line(code, err, ["already holds checkpoints", "--resume"])
