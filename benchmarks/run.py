@@ -27,9 +27,10 @@ rounds) and the target, with ``MISSED`` where the target is not met:
   obs and next obs stacks) and sample + DQN update time at batch 512 and 2048 against the update
   alone (``benchmarks.replay_memory``).
 
-``--quick`` (about 2.5 minutes on 2 cores): 2 simulators, short rounds, small training batches
-and few iterations, one game, a 40k-transition replay extrapolated to 1M. Its figures check that
-everything runs; only full runs are worth quoting. Startup (worker processes, first batches) is
+``--quick`` (about 5 minutes on 2 cores): 2 simulators, short rounds, small training batches
+and few iterations, one game, a 40k-transition replay extrapolated to 1M, training rows against
+the plain loop at the learner's thread count only, the learner row against ``plain@1`` only. Its
+figures check that everything runs; only full runs are worth quoting. Startup (worker processes, first batches) is
 never timed.
 """
 
@@ -437,7 +438,10 @@ def learner_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]
     from benchmarks import learner_speed
 
     if args.quick:
-        runs = [["--algos", "ppo", "--batches", "3", "--warmup", "1", "--no-compile"]]
+        runs = [
+            ["--algos", "ppo", "--batches", "2", "--warmup", "1", "--no-compile",
+             "--only", "recipe", "plain@1"]  # fmt: skip
+        ]
     else:
         # One round of 4 steady PPO batches (~4 s) read the recipe anywhere in 0.70-1.21x of
         # the same plain loop across runs of the same code (2026-12-02): PPO gets 8 steady
@@ -502,7 +506,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--quick", action="store_true", help="smoke-test sizes (~2.5 min on 2 cores)")
+    p.add_argument("--quick", action="store_true", help="smoke-test sizes (~5 min on 2 cores)")
     p.add_argument("--json", default=None, help="write rows and raw measurements here")
     p.add_argument("--games", nargs="+", default=None, help="default Pong Breakout (quick: Pong)")
     p.add_argument(

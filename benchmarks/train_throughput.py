@@ -246,6 +246,10 @@ def bench_spec(
     probe = make_config(spec, game, device, quick, "unused", num_envs)
     plan = plan_threads(probe.threads, probe.collector.num_workers)
     counts = sorted({plan.learner_torch, plan.update_torch or plan.learner_torch})
+    if quick:
+        # A smoke test of the row, not a figure: one plain run at the learner's share (the
+        # choice of the faster count is the same code, tested on its own).
+        counts = counts[:1]
     plains = {f"plain@{n}": n for n in counts}
     probing = probe_batches(spec, probe, plan)
     rates: dict[str, list[float]] = {"recipe": [], **{name: [] for name in plains}}

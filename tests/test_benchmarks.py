@@ -24,7 +24,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, str]:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=900,  # a hang guard, not a speed requirement (about 2.5 minutes on 2 cores)
+        timeout=1200,  # a hang guard, not a speed requirement (about 5 minutes on 2 cores)
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text()), proc.stdout

@@ -380,17 +380,17 @@ def calibrated_fps(tmp_path) -> float:
 
 
 @pytest.mark.slurm
-@pytest.mark.slow  # 2-4 min: each attempt runs 20-50 s before SLURM's signal, requeues wait 31 s
+@pytest.mark.slow  # 2-3 min: each attempt runs 20-50 s before SLURM's signal, requeues wait 31 s
 def test_job_past_its_time_limit_checkpoints_requeues_and_ends_with_exact_frames(in_tmp):
     # A real time limit, not a simulated signal: --time 1 (SLURM's minimum) with the signal
     # 10 s before the end, which slurmctld (checking every 30 s) sends 20-50 s into each attempt.
-    # The budget is this machine's measured speed x 130 s, so it needs more than one attempt
-    # (at most 50 s each, even if the calibration ran at half speed) and at most ~7 of at least
-    # 20 s when the job runs at the calibrated speed;
+    # The budget is this machine's measured speed x 105 s, so it needs more than one attempt
+    # (at most 50 s each, even if the calibration ran at half speed: 52 s) and at most ~6 of at
+    # least 20 s when the job runs at the calibrated speed;
     # every attempt stops at a batch boundary, checkpoints, is requeued under the same id and
     # resumes; the frames logged must be exactly one row per batch, none lost or repeated.
     batch = 64
-    total = batch * max(64, round(calibrated_fps(in_tmp) * 130 / batch))
+    total = batch * max(64, round(calibrated_fps(in_tmp) * 105 / batch))
     flags = [*TINY, "--total-frames", str(total), "--log.checkpoint-every-frames", "1000000"]
     opts = parse_args([
         "recipes.ppo_atari", "--time", "1", "--signal-delay-s", "10", "--max-requeues", "16",
