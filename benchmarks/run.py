@@ -30,8 +30,8 @@ rounds) and the target, with ``MISSED`` where the target is not met:
 ``--quick`` (about 5 minutes on 2 cores): 2 simulators, short rounds, small training batches
 and few iterations, one game, a 40k-transition replay extrapolated to 1M, training rows against
 the plain loop at the learner's thread count only, the learner row against ``plain@1`` only. Its
-figures check that everything runs; only full runs are worth quoting. Startup (worker processes, first batches) is
-never timed.
+figures check that everything runs; only full runs are worth quoting. Startup (worker
+processes, first batches) is never timed.
 """
 
 from __future__ import annotations
