@@ -438,10 +438,8 @@ def learner_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]
     from benchmarks import learner_speed
 
     if args.quick:
-        runs = [
-            ["--algos", "ppo", "--batches", "2", "--warmup", "1", "--no-compile",
-             "--only", "recipe", "plain@1"]  # fmt: skip
-        ]
+        quick = "--algos ppo --batches 2 --warmup 1 --no-compile --only recipe plain@1"
+        runs = [quick.split()]
     else:
         # One round of 4 steady PPO batches (~4 s) read the recipe anywhere in 0.70-1.21x of
         # the same plain loop across runs of the same code (2026-12-02): PPO gets 8 steady
