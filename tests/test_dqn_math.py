@@ -197,12 +197,12 @@ def test_c51_projection_and_cross_entropy_match_hand_computation():
 
 
 def test_dueling_head_is_value_plus_centred_advantage():
-    net = QNetwork("observation", (OBS,), ACTIONS, dueling=True, mlp_hidden=(8,))
+    net = QNetwork((OBS,), ACTIONS, dueling=True, mlp_hidden=(8,))
     x = torch.randn(5, OBS)
     h = net.features(x)
     a, v = net.advantage(h), net.value(h)
     torch.testing.assert_close(net(x), v + a - a.mean(-1, keepdim=True))
-    dist = QNetwork("observation", (OBS,), ACTIONS, dueling=True, atoms=7, mlp_hidden=(8,))
+    dist = QNetwork((OBS,), ACTIONS, dueling=True, atoms=7, mlp_hidden=(8,))
     h = dist.features(x)
     a = dist.advantage(h).view(5, 7, ACTIONS)
     v = dist.value(h).view(5, 7, 1)
@@ -212,7 +212,7 @@ def test_dueling_head_is_value_plus_centred_advantage():
 def test_vector_q_network_uses_relu_and_default_init():
     """The DQN convention for vector inputs: a Tanh trunk with orthogonal init (the
     actor-critic one) made DQN on CartPole reach last-100 ~70 instead of ~250."""
-    net = QNetwork("observation", (OBS,), ACTIONS, mlp_hidden=(64, 64))
+    net = QNetwork((OBS,), ACTIONS, mlp_hidden=(64, 64))
     acts = [m for m in net.features.modules() if isinstance(m, torch.nn.Tanh | torch.nn.ReLU)]
     assert acts and all(isinstance(m, torch.nn.ReLU) for m in acts)
     # PyTorch's default Linear init draws biases uniformly (orthogonal_ zeroes them).

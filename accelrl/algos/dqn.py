@@ -296,7 +296,6 @@ class DQN:
         self.guard = NonFiniteGuard(on_nonfinite)
         spec = Categorical(num_actions)
         net = QNetwork(
-            obs_key,
             obs_shape,
             num_actions,
             dueling=cfg.dueling,
