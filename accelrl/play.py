@@ -14,10 +14,10 @@ life does not end an episode), the unclipped game score, the episode cap of
 actions as configured. Episodes are played one after another by one simulator, the one the
 run's env backend plays with (``EnvBackend.play_env``; for Atari the ``gym`` backend's
 ``AtariWorkerEnv``, whose preprocessing matches ``ale_vec`` frame for frame), and backends that
-render a screen (Atari: the full-size RGB screen) can record it to a video. The agent acts
-greedily (its most likely action, or the highest Q-value); ``--epsilon 0.001`` takes a random
-action that often, as DQN papers evaluate; ``--sample`` samples an actor-critic's policy
-instead.
+render a screen (Atari: the full-size RGB screen; MinAtar: its grid in colour) can record it to
+a video. The agent acts greedily (its most likely action, or the highest Q-value);
+``--epsilon 0.001`` takes a random action that often, as DQN papers evaluate; ``--sample``
+samples an actor-critic's policy instead.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class PlayConfig:
     episodes: int = 10
     """Episodes to play, one after another."""
     video: str | None = None
-    """Write the first --video-episodes episodes' screens to this MP4 (Atari: full-size RGB)."""
+    """Write the first --video-episodes episodes' screens to this MP4 (Atari: full-size RGB;
+    MinAtar: the grid in colour)."""
     video_episodes: int = 1
     """How many of the played episodes go into the video."""
     epsilon: float = 0.0

@@ -17,6 +17,7 @@ CARTPOLE = [
 CASES = [
     # (recipe, flags, words the one line must contain)
     ("ppo_atari", ["--env.game", "Pongg"], ["--env.game='Pongg'", "pong"]),
+    ("dqn_atari", ["--env.game", "MinAtar/Pong"], ["--env.game='MinAtar/Pong'", "MinAtar/Asterix"]),
     ("ppo_atari", ["--env.num-envs", "0"], ["--env.num-envs=0", "> 0"]),
     ("ppo_atari", ["--env.num-envs", "-3"], ["--env.num-envs=-3"]),
     ("ppo_atari", ["--env.num-envs", "abc"], ["--env.num-envs", "abc"]),

@@ -2,13 +2,13 @@
 
 Backends: ``ale_vec`` (ale-py's C++ vector env, the default for Atari) and ``gym`` (``ParallelEnv``
 workers) for Atari games, chosen with ``--env.backend``; ``classic`` for gymnasium ids with
-vector observations (CartPole-v1, ...), chosen by the game name. A new backend is one module
-that registers itself, imported below.
+vector observations (CartPole-v1, ...) and ``minatar`` for ``MinAtar/<Game>``, chosen by the
+game name. A new backend is one module that registers itself, imported below.
 
 Every env ``make_env`` returns is a batched TorchRL ``EnvBase`` with batch ``[num_envs]`` (``[k]``
 in ale_vec async mode) on the CPU, and writes the same keys: the observation (``pixels`` uint8
-``[4, 84, 84]`` for Atari, ``observation`` float32 for vector envs: image-like observations
-are uint8), ``reward`` (clipped to its sign for Atari),
+``[4, 84, 84]`` for Atari, ``observation`` uint8 ``[C, 10, 10]`` for MinAtar and float32 for
+vector envs: image-like observations are uint8), ``reward`` (clipped to its sign for Atari),
 ``score`` (unclipped), ``done``/``terminated``/``truncated``, ``life_lost`` (always False without
 lives), ``episode_return`` / ``episode_length`` (running, final on ``done``) and ``env_id``.
 """
@@ -22,7 +22,7 @@ from torchrl.envs import EnvBase
 from accelrl.config import EnvConfig
 
 # Each backend module registers itself on import.
-from accelrl.envs import ale_vec, classic, gym_atari  # noqa: F401
+from accelrl.envs import ale_vec, classic, gym_atari, minatar_vec  # noqa: F401
 from accelrl.envs.backend import (
     EnvBackend,
     MissingExtra,
