@@ -257,14 +257,36 @@ def test_appo_trains_on_minatar_in_a_worker_process(tmp_path):
     assert summary["frames"] >= 64 and summary["updates"] >= 1
 
 
+def test_dqn_minatar_preset_is_the_papers_dqn():
+    """Young & Tian (2019): batch 32, lr 2.5e-4, replay 100k, 5k frames before learning,
+    target copy every 1000 updates, epsilon 1 -> 0.1 over 100k frames, one update per step of
+    one simulator."""
+    from accelrl.algos.dqn import DQNConfig
+    from recipes import dqn_atari
+
+    cfg = dqn_atari.resolve(
+        dqn_atari.Config(env=EnvConfig(game="MinAtar/Breakout"), dqn=DQNConfig(preset="minatar"))
+    )
+    d = cfg.dqn
+    assert (d.batch_size, d.lr, d.replay_capacity, d.learning_starts_frames) == (
+        32, 2.5e-4, 100_000, 5_000
+    )  # fmt: skip
+    assert (d.target_update_interval, d.eps_start, d.eps_end, d.eps_decay_frames) == (
+        1_000, 1.0, 0.1, 100_000
+    )  # fmt: skip
+    assert cfg.env.num_envs == 1
+    updates_per_step = d.training_intensity * cfg.collector.steps_per_batch / d.batch_size
+    assert updates_per_step / cfg.collector.steps_per_batch == 1.0
+
+
 @pytest.fixture(scope="module")
 def dqn_run(tmp_path_factory) -> Path:
-    """DQN with C51 and dueling heads, shrunk to two update phases, with an evaluation at the
-    end (also what ``accelrl.play`` reads)."""
+    """The MinAtar DQN preset with C51 and dueling heads, shrunk to two update phases, with an
+    evaluation at the end (also what ``accelrl.play`` reads)."""
     from recipes import dqn_atari
 
     run = tmp_path_factory.mktemp("minatar") / "dqn"
-    cfg = tiny(dqn_atari, run, dqn__distributional=True, dqn__dueling=True,
+    cfg = tiny(dqn_atari, run, dqn__preset="minatar", dqn__distributional=True, dqn__dueling=True,
                dqn__learning_starts_frames=64, dqn__replay_capacity=2048)  # fmt: skip
     cfg.collector.steps_per_batch = 16
     cfg.total_frames = 96
