@@ -102,7 +102,9 @@ class MinAtarVecEnv(SameStepVectorEnv):
         )
         self._ids = np.arange(num_envs)
         self._steps = np.zeros(num_envs, dtype=np.int64)
-        self._shown: list[np.ndarray] = []
+        # What each simulator's screen shows: filled in place (attribute assignment on a
+        # TorchRL env goes through nn.Module.__setattr__, microseconds a call).
+        self._shown: list[np.ndarray | None] = [None] * num_envs
 
     @staticmethod
     def _observations(states: list[np.ndarray]) -> np.ndarray:
@@ -116,25 +118,22 @@ class MinAtarVecEnv(SameStepVectorEnv):
             sim.last_action = 0  # the sticky action of a fresh simulator
             sim.reset()
         self._steps[:] = 0
-        self._shown = [sim.state() for sim in self._sims]
+        self._shown[:] = [sim.state() for sim in self._sims]
         return self._observations(self._shown), self._ids, None
 
     def _raw_step(self, actions):
-        n = self.num_envs
-        reward = np.empty(n, dtype=np.float32)
-        terminated = np.empty(n, dtype=bool)
-        for i, (sim, action) in enumerate(zip(self._sims, actions.tolist(), strict=True)):
-            reward[i], terminated[i] = sim.act(action)
+        acted = [sim.act(a) for sim, a in zip(self._sims, actions.tolist(), strict=True)]
+        reward_and_end = np.array(acted, dtype=np.float32)  # [N, 2]: reward, terminal
+        reward, terminated = reward_and_end[:, 0].copy(), reward_and_end[:, 1] > 0
         self._steps += 1
         truncated = ~terminated & (self._steps >= self.max_episode_steps)
         states = [sim.state() for sim in self._sims]
-        self._shown = states
+        # The episode's last frame stays on screen and goes to ``("next", obs)``; the row
+        # starts its next episode at once.
+        self._shown[:] = states
         info: dict[str, Any] = {}
         ended = np.flatnonzero(terminated | truncated)
         if len(ended):
-            # The episode's last frame stays on screen and goes to ``("next", obs)``; the row
-            # starts its next episode at once.
-            self._shown = list(states)
             info["final_obs"] = self._observations([states[i] for i in ended])
             for i in ended:
                 self._sims[i].reset()
