@@ -23,16 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import (
-    cores,
-    machine_info,
-    median,
-    median_ratio,
-    print_table,
-    run_rounds,
-    time_steps,
-    write_json,
-)
+from benchmarks import common
 from benchmarks.env_throughput import ACTION_SEQ, td_stepper
 
 GAMES = {"asterix", "breakout", "freeway", "seaquest", "space_invaders"}
@@ -79,20 +70,14 @@ def bench_num_envs(
         "raw": raw_stepper(game, num_envs, actions, seed=0),
         "accelrl": td_stepper(env, torch.from_numpy(actions)),
     }
-    for step in steppers.values():  # warm-up: first steps allocate and fill caches
-        for _ in range(50):
-            step()
-    segments = {
-        name: (lambda s, st=step: time_steps(st, num_envs, s)) for name, step in steppers.items()
-    }
-    rates = run_rounds(segments, rounds, seconds / rounds, verbose=verbose)
+    rates = common.paired_rates(steppers, num_envs, rounds, seconds, verbose=verbose)
     env.close()
-    raw_r, acc_r = median(rates["raw"]), median(rates["accelrl"])
+    raw_r, acc_r = common.median(rates["raw"]), common.median(rates["accelrl"])
     return {
         "num_envs": num_envs,
         "raw_steps_per_s": raw_r,
         "accelrl_steps_per_s": acc_r,
-        "accelrl_over_raw": median_ratio(rates["accelrl"], rates["raw"]),
+        "accelrl_over_raw": common.median_ratio(rates["accelrl"], rates["raw"]),
         # Python time each batched step adds on top of the raw loop, from the median rates.
         "accelrl_overhead_us": 1e6 * num_envs * (1 / acc_r - 1 / raw_r),
         "per_round": rates,
@@ -115,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"num_envs={n}: {args.rounds} rounds x {args.seconds / args.rounds:.2f} s each")
         results.append(bench_num_envs(args.game, n, args.rounds, args.seconds, args.verbose))
 
-    print(f"\nMinAtar {args.game}, {cores()} cores; agent steps/s = frames/s (median)")
+    print(f"\nMinAtar {args.game}, {common.cores()} cores; agent steps/s = frames/s (median)")
     rows = [
         (
             r["num_envs"],
@@ -126,11 +111,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         for r in results
     ]
-    print_table(["envs", "raw", "accelrl", "acc/raw", "acc us/step"], rows)
+    common.print_table(["envs", "raw", "accelrl", "acc/raw", "acc us/step"], rows)
     print("acc/raw: median of per-round paired ratios; us/step: wrapper time per batched step")
-    payload = {**machine_info(), "game": args.game, "results": results}
+    payload = {**common.machine_info(), "game": args.game, "results": results}
     if args.json:
-        write_json(args.json, payload)
+        common.write_json(args.json, payload)
     return payload
 
 

@@ -18,6 +18,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 from torchrl.envs import EnvBase
 
+from accelrl.checks import ConfigError
 from accelrl.config import EnvConfig
 
 
@@ -151,6 +152,14 @@ def _unknown_game_hint(game: str) -> str:
     kinds = ", ".join(dict.fromkeys(b.games for b in _BACKENDS.values()))
     hint = f"Did you mean one of {close}? " if close else ""
     return f"{hint}accelrl runs {kinds}"
+
+
+def refuse_fire_on_life_loss(cfg: EnvConfig, prefix: str = "env") -> None:
+    """For backends of games without FIRE or lives: ``--env.fire-on-life-loss`` is Atari's."""
+    if cfg.fire_on_life_loss:
+        raise ConfigError(
+            f"{prefix}.fire_on_life_loss", True, f"is for Atari games, not {cfg.game}"
+        )
 
 
 def leave_ctrl_c_to_the_learner() -> None:

@@ -13,9 +13,8 @@ from gymnasium.vector import AutoresetMode
 from torchrl.data import Unbounded
 from torchrl.envs import EnvBase
 
-from accelrl.checks import ConfigError
 from accelrl.config import EnvConfig
-from accelrl.envs.backend import EnvBackend, register
+from accelrl.envs.backend import EnvBackend, refuse_fire_on_life_loss, register
 from accelrl.envs.vector import SameStepVectorEnv
 
 
@@ -100,10 +99,7 @@ class ClassicBackend(EnvBackend):
         return game in gym.registry
 
     def check(self, cfg: EnvConfig, prefix: str = "env") -> None:
-        if cfg.fire_on_life_loss:
-            raise ConfigError(
-                f"{prefix}.fire_on_life_loss", True, f"is for Atari games, not {cfg.game}"
-            )
+        refuse_fire_on_life_loss(cfg, prefix)
 
     def make(
         self, cfg: EnvConfig, *, num_envs: int, seed: int, sim_threads: int, synchronous: bool

@@ -29,7 +29,7 @@ from torchrl.envs import EnvBase
 
 from accelrl.checks import ConfigError, check_positive, check_probability
 from accelrl.config import EnvConfig
-from accelrl.envs.backend import EnvBackend, MissingExtra, register
+from accelrl.envs.backend import EnvBackend, MissingExtra, refuse_fire_on_life_loss, register
 from accelrl.envs.vector import SameStepVectorEnv
 
 GAMES = {
@@ -197,10 +197,7 @@ class MinAtarBackend(EnvBackend):
             raise ConfigError(
                 f"{prefix}.async_batch_size", cfg.async_batch_size, "needs backend ale_vec"
             )
-        if cfg.fire_on_life_loss:
-            raise ConfigError(
-                f"{prefix}.fire_on_life_loss", True, f"is for Atari games, not {cfg.game}"
-            )
+        refuse_fire_on_life_loss(cfg, prefix)
 
     def make(
         self, cfg: EnvConfig, *, num_envs: int, seed: int, sim_threads: int, synchronous: bool
