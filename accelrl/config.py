@@ -25,28 +25,33 @@ class EnvConfig:
     """Which simulators to run and how their frames are preprocessed."""
 
     game: str = "Pong"
-    """Atari game (Pong, Breakout, SpaceInvaders, ALE/Pong-v5 ...) or a gymnasium id for vector
-    observations (CartPole-v1, Acrobot-v1, ...)."""
+    """Atari game (Pong, Breakout, SpaceInvaders, ALE/Pong-v5 ...), a gymnasium id for vector
+    observations (CartPole-v1, Acrobot-v1, ...) or a MinAtar game (MinAtar/Breakout,
+    MinAtar/Asterix, MinAtar/Freeway, MinAtar/Seaquest, MinAtar/SpaceInvaders; needs the
+    minatar extra). The name chooses the backend (``accelrl.envs``)."""
     num_envs: int = 8
     """Simulators stepped together by each collector worker."""
-    backend: Literal["ale_vec", "gym"] = "ale_vec"
-    """ale_vec: ale-py's C++ multithreaded vector env (fast). gym: gymnasium envs with TorchRL
-    transforms inside ParallelEnv workers (for custom transforms)."""
+    backend: str = "ale_vec"
+    """Atari games: ale_vec, ale-py's C++ multithreaded vector env (fast), or gym, gymnasium
+    envs with TorchRL transforms inside ParallelEnv workers (for custom transforms). Other games
+    choose their backend by name (classic: gymnasium ids; minatar: MinAtar/...)."""
     async_batch_size: int = 0
     """ale_vec only: 0 steps all simulators together; 0 < k < num_envs returns the first k to
     finish each step (ale-py's async mode)."""
     frameskip: int = 4
-    """Emulator frames per agent step (max-pooled over the last two)."""
+    """Atari: emulator frames per agent step (max-pooled over the last two)."""
     frame_stack: int = 4
     screen_size: int = 84
     noop_max: int = 30
-    """Up to this many no-op actions at the start of each episode."""
-    sticky_actions: float = 0.25
-    """Probability of repeating the previous action (ALE v5: 0.25; the paper's setting: 0)."""
+    """Atari: up to this many no-op actions at the start of each episode."""
+    sticky_actions: float | None = None
+    """Probability of repeating the previous action; None: the game's standard (Atari: ALE
+    v5's 0.25, the paper's setting is 0; MinAtar: 0.1)."""
     max_episode_frames: int = 108_000
-    """Emulator frames after which an episode is truncated (30 minutes of play)."""
+    """Emulator frames after which an episode is truncated (Atari: 30 minutes of play; MinAtar
+    steps one frame per agent step)."""
     fire_reset: bool = True
-    """Press FIRE after reset in games that need it to start."""
+    """Atari: press FIRE after reset in games that need it to start."""
     fire_on_life_loss: bool = False
     """ale_vec, games with FIRE: the step after a lost life presses FIRE whatever the agent
     chose (the game waits for it to serve; OpenAI baselines' episodic-life + FIRE-reset wrappers
@@ -100,7 +105,8 @@ class CollectorConfig:
 @dataclass
 class ModelConfig:
     mlp_hidden: tuple[int, ...] = (64, 64)
-    """Hidden sizes of the MLP used for vector observations (Atari uses the Nature CNN)."""
+    """Hidden sizes of the MLP used for vector observations (Atari frames get the Nature CNN,
+    MinAtar grids the MinAtar paper's small CNN: ``accelrl.models.conv_trunk``)."""
 
 
 @dataclass

@@ -4,7 +4,8 @@
     python -m accelrl.export RUN_DIR policy.onnx    # ONNX (needs onnx and onnxscript)
 
 The exported model takes a batch of observations as the env writes them (``uint8`` frames
-``[B, 4, 84, 84]`` for Atari, ``float32`` ``[B, obs_dim]`` otherwise; any batch size) and returns
+``[B, 4, 84, 84]`` for Atari, ``uint8`` grids ``[B, C, 10, 10]`` for MinAtar, ``float32``
+``[B, obs_dim]`` otherwise; any batch size) and returns
 ``int64`` actions ``[B]``: the actor's most likely action, or the action with the highest
 (expected, for C51) Q-value. The agent is loaded as ``accelrl.play`` loads it (config.json,
 newest good checkpoint or ``--checkpoint``, safe load).
@@ -67,7 +68,7 @@ def example_input(run_cfg: Any, batch: int = 2) -> torch.Tensor:
 
     spec = describe_env(run_cfg.env)
     shape = (batch, *spec["obs_shape"])
-    if spec["obs_key"] == "pixels":
+    if len(spec["obs_shape"]) == 3:  # frames and grids are uint8 (accelrl.envs)
         return torch.randint(0, 256, shape, dtype=torch.uint8)
     return torch.randn(shape)
 

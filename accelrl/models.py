@@ -1,7 +1,8 @@
-"""Networks as TensorDict modules: the Nature CNN trunk, an MLP trunk, actor-critic heads.
+"""Networks as TensorDict modules: conv trunks (Nature CNN, MinAtar CNN), an MLP trunk,
+actor-critic heads, Q-networks. ``conv_trunk`` chooses the trunk from the observation shape.
 
-Frames arrive as uint8 and are scaled to [0, 1] inside the trunk, on whatever device the module
-lives on, so only bytes cross process and device boundaries.
+Frames and grids arrive as uint8 and become float (frames scaled to [0, 1]) inside the trunk, on
+whatever device the module lives on, so only bytes cross process and device boundaries.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def orthogonal_(layer: nn.Module, gain: float) -> nn.Module:
 class NatureCNN(nn.Module):
     """Mnih et al. (2015) trunk: conv 32x8s4, 64x4s2, 64x3s1, then a 512-unit layer, ReLU."""
 
+    input_scale = 1.0 / 255.0
+    """Frames arrive as uint8 0..255."""
+
     def __init__(self, in_channels: int = 4, screen_size: int = 84, features: int = 512) -> None:
         super().__init__()
         gain = math.sqrt(2)
@@ -87,12 +91,63 @@ class NatureCNN(nn.Module):
         self.out_features = features
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
-        # One conversion pass (copy=True: never scale a caller's float tensor in place), to the
-        # weights' dtype: float32, or float64 in the parity tests.
-        x = pixels.to(self.fc[0].weight.dtype, copy=True).mul_(1.0 / 255.0)
-        batch = x.shape[:-3]
-        y = self.fc(self.convs(x.reshape(-1, *x.shape[-3:])))
-        return y.reshape(*batch, -1)
+        return conv_forward(self, pixels)
+
+
+class MinAtarCNN(nn.Module):
+    """Young & Tian (2019) trunk for MinAtar's 10x10 grids: one 3x3 conv of 16 channels at
+    stride 1, ReLU, flatten, a 128-unit layer, ReLU. Initialised as ``NatureCNN``."""
+
+    input_scale = 1.0
+    """Grids arrive as uint8 0/1."""
+
+    def __init__(self, in_channels: int, height: int = 10, width: int = 10) -> None:
+        super().__init__()
+        gain = math.sqrt(2)
+        self.convs = nn.Sequential(
+            orthogonal_(nn.Conv2d(in_channels, 16, 3, stride=1), gain),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        flat = 16 * (height - 2) * (width - 2)
+        self.fc = nn.Sequential(orthogonal_(nn.Linear(flat, 128), gain), nn.ReLU())
+        self.out_features = 128
+
+    def forward(self, grid: torch.Tensor) -> torch.Tensor:
+        return conv_forward(self, grid)
+
+
+ConvTrunk = NatureCNN | MinAtarCNN
+
+NATURE_CNN_MIN_SIZE = 36
+"""The smallest frame the Nature CNN's convolutions fit (8x8 stride 4, 4x4 stride 2, 3x3)."""
+
+
+def conv_trunk(obs_shape: Sequence[int]) -> ConvTrunk | None:
+    """The trunk an observation shape gets: frames ``[stack, H, W]`` of at least 36 pixels the
+    Nature CNN, smaller grids ``[C, H, W]`` (MinAtar's ``[C, 10, 10]``) the MinAtar CNN, and
+    vectors none (None: the caller builds MLPs)."""
+    if len(obs_shape) != 3:
+        return None
+    channels, height, width = obs_shape
+    if min(height, width) >= NATURE_CNN_MIN_SIZE:
+        return NatureCNN(in_channels=channels, screen_size=width)
+    return MinAtarCNN(in_channels=channels, height=height, width=width)
+
+
+def as_float(obs: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """``obs`` as a new ``dtype`` tensor times ``scale`` (copy=True: never scale a caller's float
+    tensor in place). ``dtype`` is the weights': float32, or float64 in the parity tests."""
+    x = obs.to(dtype, copy=True)
+    return x if scale == 1.0 else x.mul_(scale)
+
+
+def conv_forward(trunk: ConvTrunk, obs: torch.Tensor) -> torch.Tensor:
+    """Features ``[..., out_features]`` of observations ``[..., C, H, W]`` (any batch dims)."""
+    x = as_float(obs, trunk.input_scale, trunk.fc[0].weight.dtype)
+    batch = x.shape[:-3]
+    y = trunk.fc(trunk.convs(x.reshape(-1, *x.shape[-3:])))
+    return y.reshape(*batch, -1)
 
 
 class MLP(nn.Module):
@@ -131,18 +186,20 @@ def make_actor_critic(
 ) -> ActorValueOperator:
     """Categorical policy and value heads over a common module.
 
-    Frames (``pixels``, [stack, H, W] uint8): one Nature CNN shared by both heads, as in the
-    Atari papers. Vector observations: separate actor and critic MLPs (the common module only
-    flattens), as in CleanRL and Stable-Baselines3: with a shared MLP the value loss dominates
-    the clipped gradient and A2C barely learns CartPole.
+    Frames and grids (``[C, H, W]`` uint8): one conv trunk shared by both heads, as in the
+    Atari papers (``conv_trunk``: the Nature CNN, or the MinAtar CNN for small grids). Vector
+    observations: separate actor and critic MLPs (the common module only flattens), as in
+    CleanRL and Stable-Baselines3: with a shared MLP the value loss dominates the clipped
+    gradient and A2C barely learns CartPole.
 
     ``get_policy_operator()`` writes ``action`` and ``action_log_prob`` (and ``logits``);
     ``get_value_operator()`` writes ``state_value`` [..., 1].
     """
-    if obs_key == "pixels":
-        trunk = NatureCNN(in_channels=obs_shape[0], screen_size=obs_shape[-1])
-        policy_net: nn.Module = orthogonal_(nn.Linear(trunk.out_features, num_actions), 0.01)
-        value_net: nn.Module = orthogonal_(nn.Linear(trunk.out_features, 1), 1.0)
+    conv = conv_trunk(obs_shape)
+    if conv is not None:
+        trunk: nn.Module = conv
+        policy_net: nn.Module = orthogonal_(nn.Linear(conv.out_features, num_actions), 0.01)
+        value_net: nn.Module = orthogonal_(nn.Linear(conv.out_features, 1), 1.0)
     else:
         trunk = nn.Flatten(start_dim=-len(obs_shape)) if len(obs_shape) > 1 else nn.Identity()
         features = int(math.prod(obs_shape))
@@ -203,7 +260,9 @@ def acting_policy(model: ActorValueOperator) -> TensorDictModule:
 
 
 class QNetwork(nn.Module):
-    """Action values from frames (Nature CNN convs) or vector observations (MLP).
+    """Action values from frames or grids (the convolutions of ``conv_trunk``'s CNN, then a
+    hidden layer of its width: 512 for the Nature CNN, 128 for MinAtar's) or vector
+    observations (MLP).
 
     ``dueling`` splits the head into a state-value and an advantage stream (Wang et al. 2016),
     combined as V + A - mean(A); ``atoms`` > 1 outputs logits over a categorical return
@@ -213,7 +272,6 @@ class QNetwork(nn.Module):
 
     def __init__(
         self,
-        obs_key: str,
         obs_shape: Sequence[int],
         num_actions: int,
         *,
@@ -223,11 +281,12 @@ class QNetwork(nn.Module):
     ) -> None:
         super().__init__()
         self.num_actions, self.atoms, self.dueling = num_actions, atoms, dueling
-        self.pixels = obs_key == "pixels"
-        if self.pixels:
-            cnn = NatureCNN(in_channels=obs_shape[0], screen_size=obs_shape[-1])
-            self.features = cnn.convs
-            width, hidden = cnn.fc[0].in_features, 512
+        conv = conv_trunk(obs_shape)
+        # Scale of the observations into the convolutions; None: vectors into the MLP.
+        self.input_scale = None if conv is None else conv.input_scale
+        if conv is not None:
+            self.features = conv.convs
+            width, hidden = conv.fc[0].in_features, conv.out_features
 
             def stream(out: int) -> nn.Module:
                 return nn.Sequential(
@@ -247,8 +306,8 @@ class QNetwork(nn.Module):
         self.value = stream(atoms) if dueling else None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.pixels:
-            obs = obs.to(self.advantage[0].weight.dtype, copy=True).mul_(1.0 / 255.0)
+        if self.input_scale is not None:
+            obs = as_float(obs, self.input_scale, self.advantage[0].weight.dtype)
             batch = obs.shape[:-3]
             x = self.features(obs.reshape(-1, *obs.shape[-3:]))
         else:

@@ -8,14 +8,16 @@ The run's recipe and settings come from its ``config.json``; the agent is rebuil
 recipe's ``make_agent`` and loaded from the newest good checkpoint (or ``--checkpoint``), with the
 same safe load as ``--resume`` (``--trust-checkpoint`` for files a safe load refuses).
 
-Atari episodes follow the usual evaluation protocol, with the run's env settings: whole games
-(a lost life does not end an episode), the unclipped game score, the episode cap of
+Episodes follow the usual evaluation protocol, with the run's env settings: whole games (a lost
+life does not end an episode), the unclipped game score, the episode cap of
 ``--env.max-episode-frames`` (108k emulator frames by default), random no-op starts and sticky
-actions as configured. Episodes are played one after another by one simulator, the
-``gym`` backend's ``AtariWorkerEnv``, whose preprocessing matches ``ale_vec`` frame for frame and
-which exposes the full-size RGB screen for the video. The agent acts greedily (its most likely
-action, or the highest Q-value); ``--epsilon 0.001`` takes a random action that often, as DQN
-papers evaluate; ``--sample`` samples an actor-critic's policy instead.
+actions as configured. Episodes are played one after another by one simulator, the one the
+run's env backend plays with (``EnvBackend.play_env``; for Atari the ``gym`` backend's
+``AtariWorkerEnv``, whose preprocessing matches ``ale_vec`` frame for frame), and backends that
+render a screen (Atari: the full-size RGB screen; MinAtar: its grid in colour) can record it to
+a video. The agent acts greedily (its most likely action, or the highest Q-value);
+``--epsilon 0.001`` takes a random action that often, as DQN papers evaluate; ``--sample``
+samples an actor-critic's policy instead.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ class PlayConfig:
     episodes: int = 10
     """Episodes to play, one after another."""
     video: str | None = None
-    """Write the first --video-episodes episodes, full-size RGB, to this MP4 (Atari only)."""
+    """Write the first --video-episodes episodes' screens to this MP4 (Atari: full-size RGB;
+    MinAtar: the grid in colour)."""
     video_episodes: int = 1
     """How many of the played episodes go into the video."""
     epsilon: float = 0.0
@@ -129,9 +132,13 @@ def load_agent(cfg: PlayConfig) -> LoadedAgent:
         state, path = found
     if not isinstance(state, dict) or algo not in state.get("components", {}):
         raise PlayError(f"{path} is not a {algo!r} checkpoint of this run")
-    from accelrl.envs import describe_env
+    from accelrl.envs import MissingExtra, describe_env
 
-    agent = recipe.make_agent(run_cfg, describe_env(run_cfg.env), device)
+    try:
+        env_spec = describe_env(run_cfg.env)
+    except MissingExtra as err:
+        raise PlayError(str(err)) from None
+    agent = recipe.make_agent(run_cfg, env_spec, device)
     agent.load_state_dict(state["components"][algo])
     # Actor-critics act with their actor; the DQN family with its greedy Q-value actor.
     policy = agent.actor if hasattr(agent, "actor") else agent.greedy
@@ -222,16 +229,17 @@ def record_video(
     env_cfg, policy: torch.nn.Module, path: str | Path, *, seed: int, device: torch.device,
     max_steps: int | None = None,
 ) -> Episode:  # fmt: skip
-    """Play one greedy Atari episode (or its first ``max_steps`` steps) into an MP4 of the
-    full-size RGB screen; what training runs record with ``--log.video-every-frames``."""
-    from accelrl.envs.gym_atari import AtariWorkerEnv
+    """Play one greedy episode (or its first ``max_steps`` steps) into an MP4 of the screen the
+    env backend renders; what training runs record with ``--log.video-every-frames``."""
+    from accelrl.envs import backend_for
 
-    env = AtariWorkerEnv(env_cfg, seed=seed)
-    video = VideoWriter(str(path), fps=60.0 / env_cfg.frameskip)
+    backend = backend_for(env_cfg)
+    env = backend.play_env(env_cfg, seed)
+    video = VideoWriter(str(path), fps=backend.video_fps(env_cfg))
     try:
         with set_interaction_type(InteractionType.DETERMINISTIC):
             return play_episode(
-                env, policy, device, on_step=lambda: video.add(env._ale.getScreenRGB()),
+                env, policy, device, on_step=lambda: video.add(backend.screen(env)),
                 max_steps=max_steps,
             )  # fmt: skip
     finally:
@@ -248,19 +256,17 @@ def play(cfg: PlayConfig) -> dict[str, Any]:
         raise PlayError(f"--epsilon {cfg.epsilon}: a probability in [0, 1]")
     loaded = load_agent(cfg)
     run_cfg, policy, path, device = loaded.run_cfg, loaded.policy, loaded.checkpoint, loaded.device
-    from accelrl.envs import is_atari, make_env
+    from accelrl.envs import backend_for
 
-    atari = is_atari(run_cfg.env.game)
-    if cfg.video and not atari:
-        raise PlayError(f"--video records Atari screens; {run_cfg.env.game} is not an Atari game")
-    if atari:
-        from accelrl.envs.gym_atari import AtariWorkerEnv
-
-        env = AtariWorkerEnv(run_cfg.env, seed=cfg.seed)
-    else:
-        env = make_env(run_cfg.env, seed=cfg.seed, num_envs=1, synchronous=True)
+    backend = backend_for(run_cfg.env)
+    if cfg.video and not backend.renders:
+        raise PlayError(
+            f"--video records game screens, and {run_cfg.env.game} (backend {backend.name}) "
+            "has none"
+        )
+    env = backend.play_env(run_cfg.env, cfg.seed)
     rng = random.Random(cfg.seed)
-    video = VideoWriter(cfg.video, fps=60.0 / run_cfg.env.frameskip) if cfg.video else None
+    video = VideoWriter(cfg.video, fps=backend.video_fps(run_cfg.env)) if cfg.video else None
     mode = "sampled" if cfg.sample else "greedy"
     if cfg.epsilon > 0:
         mode += f", epsilon {cfg.epsilon:g}"
@@ -271,11 +277,11 @@ def play(cfg: PlayConfig) -> dict[str, Any]:
         with set_interaction_type(interaction):
             for i in range(cfg.episodes):
                 record = video is not None and i < cfg.video_episodes
-                # The emulator's last frame of each agent step, full size.
-                grab = (lambda: video.add(env._ale.getScreenRGB())) if record else None
+                # The screen after each agent step (Atari: the emulator's last frame, full size).
+                grab = (lambda: video.add(backend.screen(env))) if record else None
                 ep = play_episode(env, policy, device, epsilon=cfg.epsilon, rng=rng, on_step=grab)
                 episodes.append(ep)
-                frames = ep.steps * (run_cfg.env.frameskip if atari else 1)
+                frames = ep.steps * backend.frames_per_step(run_cfg.env)
                 ended = "cap" if ep.truncated else "game over"
                 print(
                     f"episode {i + 1}: score {ep.score:g}, {ep.steps} steps "

@@ -2,7 +2,8 @@
 
 Each raises ``ConfigError`` naming the field, the value and what is allowed; ``accelrl.cli``
 turns it into one line on stderr and exit code 2. The data they check is in ``accelrl.config``
-(and each algorithm's section in ``accelrl.algos``).
+(and each algorithm's section in ``accelrl.algos``); each env backend checks its own settings
+(``accelrl.envs.backend.EnvBackend.check``, called by ``validate_env``).
 """
 
 from __future__ import annotations
@@ -10,22 +11,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from accelrl.checks import ConfigError, check_positive
 from accelrl.config import CollectorConfig, EnvConfig, rows_per_batch
-from accelrl.envs import is_atari
-
-
-class ConfigError(ValueError):
-    """A config value that cannot work; the message names field, value and what is allowed."""
-
-    def __init__(self, name: str, value: Any, allowed: str) -> None:
-        self.name, self.value, self.allowed = name, value, allowed
-        super().__init__(f"invalid --{name.replace('_', '-')}={value!r}: {allowed}")
-
-
-def check_positive(name: str, value: int | float, *, zero_ok: bool = False) -> None:
-    ok = value >= 0 if zero_ok else value > 0
-    if not ok:
-        raise ConfigError(name, value, "must be >= 0" if zero_ok else "must be > 0")
+from accelrl.envs import UnknownGame, backend_for, selectable_backends
 
 
 def check_device(name: str, value: str, *, auto_ok: bool = True) -> None:
@@ -49,49 +37,22 @@ def check_device(name: str, value: str, *, auto_ok: bool = True) -> None:
 
 
 def validate_env(env: EnvConfig, prefix: str = "env") -> None:
-    if env.backend not in ("ale_vec", "gym"):
-        raise ConfigError(f"{prefix}.backend", env.backend, "must be ale_vec or gym")
+    """The backend name, the game (the registry finds the backend that runs it) and the
+    settings that backend checks."""
+    names = selectable_backends()
+    if env.backend not in names:
+        raise ConfigError(
+            f"{prefix}.backend",
+            env.backend,
+            f"must be one of {', '.join(names)} (for Atari games; other games choose their "
+            "backend by name)",
+        )
     check_positive(f"{prefix}.num_envs", env.num_envs)
-    if not is_atari(env.game):
-        import gymnasium as gym
-
-        if env.game not in gym.registry:
-            from accelrl.envs.games import rom_id
-
-            try:
-                rom_id(env.game)
-            except ValueError as err:
-                raise ConfigError(f"{prefix}.game", env.game, str(err).split(": ", 1)[-1]) from None
-        if env.fire_on_life_loss:
-            raise ConfigError(
-                f"{prefix}.fire_on_life_loss", True, f"is for Atari games, not {env.game}"
-            )
-        return
-    if not 0 <= env.async_batch_size < env.num_envs and env.async_batch_size != 0:
-        raise ConfigError(
-            f"{prefix}.async_batch_size",
-            env.async_batch_size,
-            f"must be 0 (sync) or between 1 and num_envs-1={env.num_envs - 1}",
-        )
-    if env.async_batch_size and env.backend != "ale_vec":
-        raise ConfigError(
-            f"{prefix}.async_batch_size", env.async_batch_size, "needs backend ale_vec"
-        )
-    check_positive(f"{prefix}.frameskip", env.frameskip)
-    check_positive(f"{prefix}.frame_stack", env.frame_stack)
-    if env.screen_size < 36:
-        raise ConfigError(f"{prefix}.screen_size", env.screen_size, "must be >= 36 for the CNN")
-    check_positive(f"{prefix}.noop_max", env.noop_max, zero_ok=True)
-    if not 0.0 <= env.sticky_actions <= 1.0:
-        raise ConfigError(f"{prefix}.sticky_actions", env.sticky_actions, "must be in [0, 1]")
-    check_positive(f"{prefix}.max_episode_frames", env.max_episode_frames)
-    if env.fire_on_life_loss:
-        if env.backend != "ale_vec":
-            raise ConfigError(f"{prefix}.fire_on_life_loss", True, "needs backend ale_vec")
-        from accelrl.envs.ale_vec import fire_action_index
-
-        if fire_action_index(env.game) is None:
-            raise ConfigError(f"{prefix}.fire_on_life_loss", True, f"{env.game} has no FIRE action")
+    try:
+        backend = backend_for(env)
+    except UnknownGame as err:
+        raise ConfigError(f"{prefix}.game", env.game, err.allowed) from None
+    backend.check(env, prefix)
 
 
 def require_whole_trajectories(env: EnvConfig, algo: str) -> None:
@@ -136,9 +97,12 @@ def validate_collector_kind(env: EnvConfig, c: CollectorConfig) -> None:
             "collector.kind async collects in worker processes: use 1 or more (2+ to overlap "
             "several workers)",
         )
-    if c.kind == "batched" and env.backend != "ale_vec":
+    if c.kind == "batched" and not backend_for(env).in_process:
         raise ConfigError(
-            "env.backend", env.backend, "collector.kind batched runs simulators with ale_vec"
+            "env.backend",
+            env.backend,
+            "collector.kind batched steps every simulator in its own slot in-process; this "
+            "backend runs them in worker processes (use ale_vec)",
         )
 
 
@@ -174,11 +138,13 @@ def validate_common(cfg: Any) -> None:
     check_device("device", cfg.device)
     check_positive("log.video_every_frames", cfg.log.video_every_frames, zero_ok=True)
     check_positive("log.video_max_steps", cfg.log.video_max_steps)
-    if cfg.log.video_every_frames and not is_atari(cfg.env.game):
+    backend = backend_for(cfg.env)
+    if cfg.log.video_every_frames and not backend.renders:
         raise ConfigError(
             "log.video_every_frames",
             cfg.log.video_every_frames,
-            f"videos record Atari screens; {cfg.env.game} is not an Atari game (use 0)",
+            f"videos record game screens, and {cfg.env.game} (backend {backend.name}) has none "
+            "(use 0)",
         )
     if cfg.log.trackers:
         from accelrl.trackers import missing_packages

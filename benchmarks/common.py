@@ -63,6 +63,27 @@ def run_rounds(
     return rates
 
 
+def paired_rates(
+    steppers: dict[str, Callable[[], Any]],
+    steps_per_call: int,
+    rounds: int,
+    seconds: float,
+    *,
+    warmup_calls: int = 50,
+    verbose: bool = False,
+) -> dict[str, list[float]]:
+    """Warm each stepper up, then time them in ``rounds`` alternating rounds (``seconds`` in
+    all per stepper); returns per-round rates (steps/s) by name."""
+    for step in steppers.values():  # first steps allocate and fill caches
+        for _ in range(warmup_calls):
+            step()
+    segments = {
+        name: (lambda s, st=step: time_steps(st, steps_per_call, s))
+        for name, step in steppers.items()
+    }
+    return run_rounds(segments, rounds, seconds / rounds, verbose=verbose)
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 

@@ -31,9 +31,8 @@ from benchmarks.common import (
     machine_info,
     median,
     median_ratio,
+    paired_rates,
     print_table,
-    run_rounds,
-    time_steps,
     verdict,
     write_json,
 )
@@ -225,13 +224,7 @@ def bench_num_envs(
         "accelrl": td_stepper(acc, actions_t),
         "generic": td_stepper(gen, actions_t),
     }
-    for step in steppers.values():  # warm-up: first steps allocate and fill caches
-        for _ in range(50):
-            step()
-    segments = {
-        name: (lambda s, st=step: time_steps(st, num_envs, s)) for name, step in steppers.items()
-    }
-    rates = run_rounds(segments, rounds, seconds / rounds, verbose=verbose)
+    rates = paired_rates(steppers, num_envs, rounds, seconds, verbose=verbose)
     raw.close()
     acc.close()
     gen.close()

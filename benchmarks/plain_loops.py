@@ -120,6 +120,7 @@ class VecAtari:
         from ale_py.vector_env import AtariVectorEnv
 
         from accelrl.envs.games import rom_id
+        from accelrl.envs.gym_atari import sticky_actions
 
         self.env = AtariVectorEnv(
             rom_id(env.game),
@@ -130,7 +131,7 @@ class VecAtari:
             stack_num=env.frame_stack,
             img_height=env.screen_size,
             img_width=env.screen_size,
-            repeat_action_probability=env.sticky_actions,
+            repeat_action_probability=sticky_actions(env),
             reward_clipping=False,
             episodic_life=False,
             noop_max=env.noop_max,

@@ -2,7 +2,7 @@
 
     python -m benchmarks.run [--quick] [--json PATH] [--games Pong Breakout] [--seconds S]
                              [--device cpu|cuda]
-                             [--sections env collect train replay learner startup]
+                             [--sections env collect train replay learner startup minatar]
 
 Every row is a rate measured in this run next to the reference it is compared with, measured in
 the same run, their ratio (the median of per-round paired ratios where the two alternate in
@@ -23,6 +23,9 @@ rounds) and the target, with ``MISSED`` where the target is not met:
   simulators, network and hyperparameters (``benchmarks.plain_loops``), frames/s after warm-up
   iterations (``benchmarks.train_throughput``), the plain loop at the recipe's collection
   share of torch threads and at its update count, the faster taken. Target: >= 1.0 x plain.
+- minatar: agent steps/s (= frames/s) of accelrl's MinAtar env (``MinAtar/Breakout``, 64
+  simulators; quick: 8) against a raw loop over ``minatar.Environment`` objects
+  (``benchmarks.minatar_throughput``), alternating in 0.1 s rounds. Reference: raw. No target.
 - replay: ``FrameReplay`` bytes per 1M Atari transitions (target <= 7.5 GB; reference: storing
   obs and next obs stacks) and sample + DQN update time at batch 512 and 2048 against the update
   alone (``benchmarks.replay_memory``).
@@ -59,7 +62,7 @@ from benchmarks.common import (
     write_json,
 )
 
-SECTIONS = ("env", "collect", "train", "replay", "learner", "startup")
+SECTIONS = ("env", "collect", "train", "replay", "learner", "startup", "minatar")
 FRAMESKIP = 4
 ENV_TARGET = 0.9
 CEILING_TARGET = 0.9
@@ -500,6 +503,28 @@ def startup_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]
     return rows, results
 
 
+def minatar_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
+    """accelrl's MinAtar env against the raw ``minatar.Environment`` loop (one frame a step)."""
+    from benchmarks.minatar_throughput import bench_num_envs
+
+    n = 8 if args.quick else 64
+    seg_s = 0.1
+    rounds = max(2, round(args.seconds / seg_s))
+    result = bench_num_envs("breakout", n, rounds, args.seconds, args.verbose)
+    rate, raw = result["accelrl_steps_per_s"], result["raw_steps_per_s"]
+    row = Row(
+        "minatar",
+        "env MinAtar/Breakout: accelrl make_env minatar",
+        rate,
+        "steps/s",
+        rate,  # one MinAtar frame per agent step
+        reference=f"raw minatar loop, {n} sims",
+        ref_rate=raw,
+        ratio=result["accelrl_over_raw"],
+    )
+    return [row], result
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -575,6 +600,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             r, details["replay"] = replay_section(args)
         elif section == "learner":
             r, details["learner"] = learner_section(args)
+        elif section == "minatar":
+            r, details["minatar"] = minatar_section(args)
         else:
             r, details["startup"] = startup_section(args)
         rows += r
@@ -592,7 +619,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(
         f"accelrl benchmarks, {info['date']}, {info['cores']} cores, torch {info['torch']}, "
         f"device {args.device}; rates are medians over rounds, ratios medians of per-round "
-        f"paired ratios; frames/s = 4 x agent steps/s{quick}"
+        f"paired ratios; frames/s = 4 x agent steps/s (MinAtar: 1 x){quick}"
     )
     print_summary(rows)
     missed = [r for r in rows if r.met == "MISSED"]

@@ -4,6 +4,7 @@
     python recipes/dqn_atari.py --dqn.double --dqn.dueling --dqn.n-step 3 --dqn.prioritized
     python recipes/dqn_atari.py --dqn.preset rainbow             # all of them, no noisy nets
     python recipes/dqn_atari.py --dqn.preset cat-dqn-2048        # the paper's large batches
+    python recipes/dqn_atari.py --env.game MinAtar/Breakout --dqn.preset minatar  # MinAtar's DQN
     python recipes/dqn_atari.py --help                           # every knob
 
 Import it to reuse: ``from recipes.dqn_atari import Config, train``.

@@ -2,6 +2,7 @@
 
     python recipes/ppo_atari.py                        # Pong, 10M frames
     python recipes/ppo_atari.py --env.game Breakout --env.num-envs 16 --collector.num-workers 2
+    python recipes/ppo_atari.py --env.game MinAtar/Breakout   # the MinAtar CNN, 1 frame a step
     python recipes/ppo_atari.py --help                 # every knob
 
 Import it to reuse: ``from recipes.ppo_atari import Config, train``.

@@ -17,6 +17,7 @@ CARTPOLE = [
 CASES = [
     # (recipe, flags, words the one line must contain)
     ("ppo_atari", ["--env.game", "Pongg"], ["--env.game='Pongg'", "pong"]),
+    ("dqn_atari", ["--env.game", "MinAtar/Pong"], ["--env.game='MinAtar/Pong'", "MinAtar/Asterix"]),
     ("ppo_atari", ["--env.num-envs", "0"], ["--env.num-envs=0", "> 0"]),
     ("ppo_atari", ["--env.num-envs", "-3"], ["--env.num-envs=-3"]),
     ("ppo_atari", ["--env.num-envs", "abc"], ["--env.num-envs", "abc"]),
@@ -41,7 +42,7 @@ CASES = [
     ("ppo_atari", ["--log.video-every-frames", "-5"], ["--log.video-every-frames=-5"]),
     ("ppo_atari", ["--log.trackers", "neptune"], ["--log.trackers", "neptune"]),
     ("ppo_atari", ["--env.game", "CartPole-v1", "--log.video-every-frames", "512"],
-     ["--log.video-every-frames=512", "not an Atari game"]),
+     ["--log.video-every-frames=512", "CartPole-v1 (backend classic) has none"]),
     ("ppo_atari", ["--compile.cudagraphs", "--device", "cpu"], ["--compile.cudagraphs", "GPU"]),
     ("ppo_atari", ["--compile.policy", "--collector.kind", "alternating"],
      ["--compile.policy", "alternating"]),

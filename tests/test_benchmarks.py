@@ -49,6 +49,7 @@ def expected_rows(payload: dict) -> list[str]:
     names += ["replay: FrameReplay per 1M Atari transitions", "replay: sample + DQN update"]
     names += ["learner ppo, idle: recipe"]  # vs the plain loop at its best thread count
     names += ["first batch: ppo Pong, in-process", "first batch: ppo Pong, 2 worker processes"]
+    names += ["env MinAtar/Breakout: accelrl make_env minatar"]
     return names
 
 
@@ -199,6 +200,22 @@ def test_replay_sample_benchmark_times_both_sides(tmp_path):
         (row,) = result[case]["rounds"]
         assert row["accelrl_us"] > 0 and row["plain_us"] > 0, row
         assert math.isfinite(result[case]["median_ratio"])
+
+
+def test_minatar_benchmark_steps_both_sides(tmp_path):
+    """``benchmarks.minatar_throughput`` times accelrl's MinAtar env and the raw loop in paired
+    rounds and reports their ratio."""
+    pytest.importorskip("minatar")
+    from benchmarks import minatar_throughput
+
+    out = tmp_path / "minatar.json"
+    minatar_throughput.main(
+        ["--num-envs", "2", "--seconds", "0.2", "--rounds", "2", "--json", str(out)]
+    )
+    (result,) = json.loads(out.read_text())["results"]
+    assert len(result["per_round"]["raw"]) == len(result["per_round"]["accelrl"]) == 2
+    assert result["raw_steps_per_s"] > 0 and result["accelrl_steps_per_s"] > 0
+    assert math.isfinite(result["accelrl_over_raw"]) and result["accelrl_over_raw"] > 0
 
 
 FAKE_SOTA = """

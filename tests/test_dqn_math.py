@@ -219,8 +219,8 @@ def test_c51_projection_and_cross_entropy_match_hand_computation():
 
 def test_dueling_head_is_value_plus_centred_advantage():
     with float64():
-        net = QNetwork("observation", (OBS,), ACTIONS, dueling=True, mlp_hidden=(8,))
-        dist = QNetwork("observation", (OBS,), ACTIONS, dueling=True, atoms=7, mlp_hidden=(8,))
+        net = QNetwork((OBS,), ACTIONS, dueling=True, mlp_hidden=(8,))
+        dist = QNetwork((OBS,), ACTIONS, dueling=True, atoms=7, mlp_hidden=(8,))
     x = torch.randn(5, OBS, dtype=torch.float64)
     h = net.features(x)
     a, v = net.advantage(h), net.value(h)
@@ -234,7 +234,7 @@ def test_dueling_head_is_value_plus_centred_advantage():
 def test_vector_q_network_uses_relu_and_default_init():
     """The DQN convention for vector inputs: a Tanh trunk with orthogonal init (the
     actor-critic one) made DQN on CartPole reach last-100 ~70 instead of ~250."""
-    net = QNetwork("observation", (OBS,), ACTIONS, mlp_hidden=(64, 64))
+    net = QNetwork((OBS,), ACTIONS, mlp_hidden=(64, 64))
     acts = [m for m in net.features.modules() if isinstance(m, torch.nn.Tanh | torch.nn.ReLU)]
     assert acts and all(isinstance(m, torch.nn.ReLU) for m in acts)
     # PyTorch's default Linear init draws biases uniformly (orthogonal_ zeroes them).

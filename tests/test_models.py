@@ -30,10 +30,46 @@ def test_q_network_scales_uint8_frames():
     from accelrl.models import QNetwork
 
     with float64():
-        net = QNetwork("pixels", (4, 84, 84), 6)
+        net = QNetwork((4, 84, 84), 6)
     frames = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
     by_hand = net.advantage(net.features(frames.double() / 255.0))
     torch.testing.assert_close(net(frames), by_hand, **TIGHT)
+
+
+@pytest.mark.parametrize(
+    "shape,trunk,features",
+    [((4, 84, 84), "NatureCNN", 512), ((4, 36, 36), "NatureCNN", 512),
+     ((7, 10, 10), "MinAtarCNN", 128), ((4, 35, 35), "MinAtarCNN", 128), ((4,), None, None),
+     ((2, 3), None, None)],
+)  # fmt: skip
+def test_trunk_is_chosen_from_the_observation_shape(shape, trunk, features):
+    from accelrl.models import conv_trunk
+
+    conv = conv_trunk(shape)
+    assert (conv and type(conv).__name__) == trunk
+    if conv is not None:
+        assert conv.out_features == features
+        assert conv(torch.zeros(2, *shape, dtype=torch.uint8)).shape == (2, features)
+
+
+def test_minatar_cnn_is_the_papers_network():
+    """Young & Tian (2019): one 3x3 conv of 16 channels at stride 1, ReLU, a 128-unit layer;
+    0/1 grids go in unscaled. Q-networks put their head on its convolutions."""
+    from accelrl.models import MinAtarCNN, QNetwork
+
+    net = MinAtarCNN(in_channels=4)
+    conv = net.convs[0]
+    assert (conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride) == (
+        4, 16, (3, 3), (1, 1)
+    )  # fmt: skip
+    assert net.fc[0].in_features == 16 * 8 * 8 and net.fc[0].out_features == 128
+    grids = torch.randint(0, 2, (3, 4, 10, 10), dtype=torch.uint8)
+    torch.testing.assert_close(net(grids), net.fc(net.convs(grids.float())))
+    q = QNetwork((4, 10, 10), 6)
+    assert [m.out_features for m in q.advantage if isinstance(m, torch.nn.Linear)] == [128, 6]
+    torch.testing.assert_close(q(grids), q.advantage(q.features(grids.float())))
+    model = make_actor_critic("observation", (4, 10, 10), 6)
+    assert type(model.module[0].module).__name__ == "MinAtarCNN"
 
 
 def test_float_input_is_not_modified_in_place():

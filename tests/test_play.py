@@ -92,7 +92,8 @@ def test_play_a_dqn_run_on_cartpole(tmp_path):
     no_video = play(str(run), "--video", str(tmp_path / "x.mp4"))
     assert no_video.returncode == 2
     assert no_video.stderr.strip() == (
-        "accelrl.play: error: --video records Atari screens; CartPole-v1 is not an Atari game"
+        "accelrl.play: error: --video records game screens, and CartPole-v1 (backend classic) "
+        "has none"
     )
 
 

@@ -38,7 +38,7 @@ from accelrl.models import DirectTensorDictModule, QNetwork
 from accelrl.optim import adam
 from accelrl.validate import ConfigError, check_positive
 
-Preset = Literal["none", "rainbow", "dqn-512", "cat-dqn-2048", "rainbow-512"]
+Preset = Literal["none", "rainbow", "dqn-512", "cat-dqn-2048", "rainbow-512", "minatar"]
 
 
 @dataclass
@@ -47,8 +47,8 @@ class DQNConfig:
 
     preset: Preset = "none"
     """rainbow: double+dueling+n-step 3+prioritized+distributional. dqn-512, cat-dqn-2048,
-    rainbow-512: the paper's large batches. A preset replaces defaults; flags given with
-    non-default values win."""
+    rainbow-512: the paper's large batches. minatar: the MinAtar paper's DQN (for MinAtar/...
+    games). A preset replaces defaults; flags given with non-default values win."""
     double: bool = False
     dueling: bool = False
     n_step: int = 1
@@ -103,6 +103,19 @@ PRESETS: dict[str, dict] = {
         batch_size=512,
         lr=6.25e-5 * math.sqrt(512 / 32),
     ),
+    # Young & Tian (2019), MinAtar's DQN: batch 32, one update per agent step (intensity 32),
+    # replay 100k, first update after 5k frames, target copy every 1000 updates, epsilon 1 ->
+    # 0.1 over 100k frames (one frame per step: no frame skip). Their RMSprop at 2.5e-4 is Adam
+    # at 2.5e-4 here.
+    "minatar": dict(
+        lr=2.5e-4,
+        training_intensity=32.0,
+        replay_capacity=100_000,
+        learning_starts_frames=5_000,
+        target_update_interval=1_000,
+        eps_end=0.1,
+        eps_decay_frames=100_000,
+    ),
 }
 """Preset values; the recipe also sets ``env.num_envs`` so each update meets about
 ``batch_size / training_intensity`` fresh agent steps (see ``preset_num_envs``)."""
@@ -122,7 +135,8 @@ def apply_preset(cfg: DQNConfig) -> DQNConfig:
 
 
 def preset_num_envs(cfg: DQNConfig) -> int:
-    """Simulators for a batch size: one fresh agent step per env per update at intensity 8."""
+    """Simulators for a batch size: one fresh agent step per env per update (batch_size /
+    training_intensity of them: 64 for dqn-512 at intensity 8, 1 for minatar)."""
     return max(1, round(cfg.batch_size / cfg.training_intensity))
 
 
@@ -296,7 +310,6 @@ class DQN:
         self.guard = NonFiniteGuard(on_nonfinite)
         spec = Categorical(num_actions)
         net = QNetwork(
-            obs_key,
             obs_shape,
             num_actions,
             dueling=cfg.dueling,

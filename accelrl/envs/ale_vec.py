@@ -11,21 +11,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torchrl.data import Bounded
+from torchrl.envs import EnvBase
 
-from accelrl.envs.games import rom_id
+from accelrl.checks import ConfigError
+from accelrl.config import EnvConfig
+from accelrl.envs.backend import register
+from accelrl.envs.games import fire_action_index, rom_id
+from accelrl.envs.gym_atari import AtariBackend, sticky_actions
 from accelrl.envs.vector import SameStepVectorEnv
-
-
-def fire_action_index(game: str, full_action_space: bool = False) -> int | None:
-    """Index of FIRE in the game's action set (minimal unless ``full_action_space``), or None
-    for games without it."""
-    from ale_py import Action, ALEInterface, LoggerMode, roms
-
-    ALEInterface.setLoggerMode(LoggerMode.Error)
-    ale = ALEInterface()
-    ale.loadROM(roms.get_rom_path(rom_id(game)))
-    actions = list(ale.getLegalActionSet() if full_action_space else ale.getMinimalActionSet())
-    return actions.index(Action.FIRE) if Action.FIRE in actions else None
 
 
 class AleVecEnv(SameStepVectorEnv):
@@ -121,3 +114,37 @@ class AleVecEnv(SameStepVectorEnv):
             vec.close()
             self._vec = None
         super().close(raise_if_closed=raise_if_closed)
+
+
+@register
+class AleVecBackend(AtariBackend):
+    """``--env.backend ale_vec`` (the default): ``AleVecEnv``, ale-py's C++ vector env."""
+
+    name = "ale_vec"
+
+    def check(self, cfg: EnvConfig, prefix: str = "env") -> None:
+        super().check(cfg, prefix)
+        if cfg.fire_on_life_loss and fire_action_index(cfg.game) is None:
+            raise ConfigError(f"{prefix}.fire_on_life_loss", True, f"{cfg.game} has no FIRE action")
+
+    def make(
+        self, cfg: EnvConfig, *, num_envs: int, seed: int, sim_threads: int, synchronous: bool
+    ) -> EnvBase:
+        async_batch_size = 0 if synchronous else cfg.async_batch_size
+        env = AleVecEnv(
+            cfg.game,
+            num_envs,
+            batch_size=async_batch_size or None,
+            num_threads=sim_threads,
+            frameskip=cfg.frameskip,
+            frame_stack=cfg.frame_stack,
+            screen_size=cfg.screen_size,
+            noop_max=cfg.noop_max,
+            sticky_actions=sticky_actions(cfg),
+            max_episode_frames=cfg.max_episode_frames,
+            fire_reset=cfg.fire_reset,
+            fire_on_life_loss=cfg.fire_on_life_loss,
+            seed=seed,
+        )
+        env.set_seed(seed)
+        return env

@@ -11,7 +11,10 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 from torchrl.data import Unbounded
+from torchrl.envs import EnvBase
 
+from accelrl.config import EnvConfig
+from accelrl.envs.backend import EnvBackend, refuse_fire_on_life_loss, register
 from accelrl.envs.vector import SameStepVectorEnv
 
 
@@ -83,3 +86,22 @@ def make_vector_obs_env(env_id: str, num_envs: int, *, seed: int) -> GymVectorEn
     env = GymVectorEnv(env_id, num_envs, seed=seed)
     env.set_seed(seed)
     return env
+
+
+@register
+class ClassicBackend(EnvBackend):
+    """Gymnasium ids with Box observations and Discrete actions (CartPole-v1, Acrobot-v1, ...)."""
+
+    name = "classic"
+    games = "gymnasium ids with vector observations (CartPole-v1, Acrobot-v1, ...)"
+
+    def runs(self, game: str) -> bool:
+        return game in gym.registry
+
+    def check(self, cfg: EnvConfig, prefix: str = "env") -> None:
+        refuse_fire_on_life_loss(cfg, prefix)
+
+    def make(
+        self, cfg: EnvConfig, *, num_envs: int, seed: int, sim_threads: int, synchronous: bool
+    ) -> EnvBase:
+        return make_vector_obs_env(cfg.game, num_envs, seed=seed)

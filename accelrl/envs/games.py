@@ -1,9 +1,10 @@
-"""Atari game names: accept ``Pong``, ``pong``, ``ALE/Pong-v5`` or ``PongNoFrameskip-v4``."""
+"""Atari game names (``Pong``, ``pong``, ``ALE/Pong-v5`` or ``PongNoFrameskip-v4``) and actions."""
 
 from __future__ import annotations
 
 import re
 from functools import cache
+from typing import Any
 
 
 @cache
@@ -16,17 +17,47 @@ def available_games() -> tuple[str, ...]:
 
 def rom_id(game: str) -> str:
     """The ale-py ROM id for a user-facing game name; raises ``ValueError`` if unknown."""
-    name = game.strip()
-    name = re.sub(r"^ALE/", "", name)
-    name = re.sub(r"(NoFrameskip)?-v\d+$", "", name)
-    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+    name = _normalized(game)
     if name not in available_games():
-        close = [g for g in available_games() if g.startswith(name[:3])][:5]
+        close = close_games(game)
         hint = f" Did you mean one of {close}?" if close else ""
         raise ValueError(f"unknown Atari game {game!r}.{hint} See accelrl.envs.available_games().")
     return name
 
 
+def _normalized(game: str) -> str:
+    name = game.strip()
+    name = re.sub(r"^ALE/", "", name)
+    name = re.sub(r"(NoFrameskip)?-v\d+$", "", name)
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def close_games(game: str) -> list[str]:
+    """Up to five ROM ids that start as ``game`` does."""
+    name = _normalized(game)
+    return [g for g in available_games() if g.startswith(name[:3])][:5]
+
+
 def gym_id(game: str) -> str:
     """The gymnasium id (``ALE/Pong-v5``) for a game name."""
     return "ALE/" + "".join(part.capitalize() for part in rom_id(game).split("_")) + "-v5"
+
+
+@cache
+def action_set(game: str, full_action_space: bool = False) -> tuple[Any, ...]:
+    """The game's ale-py actions: its minimal set, or all 18 with ``full_action_space``."""
+    from ale_py import ALEInterface, LoggerMode, roms
+
+    ALEInterface.setLoggerMode(LoggerMode.Error)
+    ale = ALEInterface()
+    ale.loadROM(roms.get_rom_path(rom_id(game)))
+    return tuple(ale.getLegalActionSet() if full_action_space else ale.getMinimalActionSet())
+
+
+def fire_action_index(game: str, full_action_space: bool = False) -> int | None:
+    """Index of FIRE in the game's action set (minimal unless ``full_action_space``), or None
+    for games without it."""
+    from ale_py import Action
+
+    actions = action_set(game, full_action_space)
+    return actions.index(Action.FIRE) if Action.FIRE in actions else None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -30,9 +31,19 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase, ParallelEnv
 
+from accelrl.checks import ConfigError, check_positive, check_probability
 from accelrl.config import EnvConfig
-from accelrl.envs import leave_ctrl_c_to_the_learner
-from accelrl.envs.games import gym_id
+from accelrl.envs.backend import EnvBackend, leave_ctrl_c_to_the_learner, register
+from accelrl.envs.games import action_set, close_games, gym_id, rom_id
+
+ATARI_STICKY_ACTIONS = 0.25
+"""ALE v5's probability of repeating the previous action, used when ``--env.sticky-actions`` is
+not given (the paper's setting: 0)."""
+
+
+def sticky_actions(cfg: EnvConfig) -> float:
+    """``cfg.sticky_actions``, or ALE v5's 0.25 when it is not set."""
+    return ATARI_STICKY_ACTIONS if cfg.sticky_actions is None else cfg.sticky_actions
 
 
 def _ale_gym_env(cfg: EnvConfig):
@@ -44,7 +55,7 @@ def _ale_gym_env(cfg: EnvConfig):
         gym_id(cfg.game),
         frameskip=1,
         obs_type="grayscale",  # unused (AtariPreprocessing reads the screen), cheaper than RGB
-        repeat_action_probability=cfg.sticky_actions,
+        repeat_action_probability=sticky_actions(cfg),
         full_action_space=False,
         # The episode cap is counted by the worker from the end of the reset (as ale-py's vector
         # env does); ALE's own cap, which also counts the reset frames, only backs it up.
@@ -185,6 +196,11 @@ class AtariWorkerEnv(EnvBase):
             batch_size=(),
         )
 
+    def screen_rgb(self) -> np.ndarray:
+        """The emulator's full-size RGB screen [210, 160, 3] uint8 (its last frame of the last
+        agent step)."""
+        return self._ale.getScreenRGB()
+
     def close(self, *, raise_if_closed: bool = True) -> None:
         env = self.__dict__.get("_env")
         if env is not None:
@@ -241,3 +257,84 @@ def make_gym_atari_env(cfg: EnvConfig, num_envs: int, *, seed: int) -> EnvBase:
         )
     finally:
         torch.set_num_threads(threads)
+
+
+class AtariBackend(EnvBackend):
+    """What both Atari backends share: game names, settings, specs, the play env.
+
+    ``accelrl.play`` and training videos play with one ``AtariWorkerEnv`` whichever backend
+    trained: its preprocessing matches ``ale_vec`` frame for frame and it exposes the
+    full-size RGB screen.
+    """
+
+    games = "Atari games (Pong, ALE/Pong-v5, ...: accelrl.envs.available_games())"
+    selectable = True
+    renders = True
+
+    def runs(self, game: str) -> bool:
+        try:
+            rom_id(game)
+        except ValueError:
+            return False
+        return True
+
+    def suggest(self, game: str) -> list[str]:
+        return close_games(game)
+
+    def check(self, cfg: EnvConfig, prefix: str = "env") -> None:
+        if not 0 <= cfg.async_batch_size < cfg.num_envs and cfg.async_batch_size != 0:
+            raise ConfigError(
+                f"{prefix}.async_batch_size",
+                cfg.async_batch_size,
+                f"must be 0 (sync) or between 1 and num_envs-1={cfg.num_envs - 1}",
+            )
+        check_positive(f"{prefix}.frameskip", cfg.frameskip)
+        check_positive(f"{prefix}.frame_stack", cfg.frame_stack)
+        if cfg.screen_size < 36:
+            raise ConfigError(f"{prefix}.screen_size", cfg.screen_size, "must be >= 36 for the CNN")
+        check_positive(f"{prefix}.noop_max", cfg.noop_max, zero_ok=True)
+        if cfg.sticky_actions is not None:
+            check_probability(f"{prefix}.sticky_actions", cfg.sticky_actions)
+        check_positive(f"{prefix}.max_episode_frames", cfg.max_episode_frames)
+
+    def frames_per_step(self, cfg: EnvConfig) -> int:
+        return cfg.frameskip
+
+    def describe(self, cfg: EnvConfig) -> dict[str, Any]:
+        # Both backends emit the same frames; the action count is the minimal set's size.
+        return {
+            "obs_key": "pixels",
+            "obs_shape": (cfg.frame_stack, cfg.screen_size, cfg.screen_size),
+            "num_actions": len(action_set(cfg.game)),
+        }
+
+    def play_env(self, cfg: EnvConfig, seed: int) -> EnvBase:
+        return AtariWorkerEnv(cfg, seed=seed)
+
+    def screen(self, env: EnvBase) -> np.ndarray:
+        return env.screen_rgb()
+
+    def video_fps(self, cfg: EnvConfig) -> float:
+        return 60.0 / cfg.frameskip  # the emulator's 60 Hz, one frame per agent step
+
+
+@register
+class GymAtariBackend(AtariBackend):
+    """``--env.backend gym``: ``ParallelEnv`` of preprocessed ALE workers (this module)."""
+
+    name = "gym"
+    in_process = False
+
+    def check(self, cfg: EnvConfig, prefix: str = "env") -> None:
+        super().check(cfg, prefix)
+        if cfg.async_batch_size:
+            raise ConfigError(
+                f"{prefix}.async_batch_size", cfg.async_batch_size, "needs backend ale_vec"
+            )
+        if cfg.fire_on_life_loss:
+            raise ConfigError(f"{prefix}.fire_on_life_loss", True, "needs backend ale_vec")
+
+    def make(
+        self, cfg: EnvConfig, *, num_envs: int, seed: int, sim_threads: int, synchronous: bool
+    ) -> EnvBase:
+        return make_gym_atari_env(cfg, num_envs, seed=seed)

@@ -1,0 +1,25 @@
+"""The config error every check raises, and the checks shared by ``accelrl.validate`` and the env
+backends (``accelrl.envs``), which validate their own settings; both import it from here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; the message names field, value and what is allowed."""
+
+    def __init__(self, name: str, value: Any, allowed: str) -> None:
+        self.name, self.value, self.allowed = name, value, allowed
+        super().__init__(f"invalid --{name.replace('_', '-')}={value!r}: {allowed}")
+
+
+def check_positive(name: str, value: int | float, *, zero_ok: bool = False) -> None:
+    ok = value >= 0 if zero_ok else value > 0
+    if not ok:
+        raise ConfigError(name, value, "must be >= 0" if zero_ok else "must be > 0")
+
+
+def check_probability(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(name, value, "must be in [0, 1]")

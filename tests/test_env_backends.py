@@ -1,0 +1,72 @@
+"""The env backend registry: which backend runs a game, and what each one answers for it."""
+
+from __future__ import annotations
+
+import pytest
+
+from accelrl.config import EnvConfig
+from accelrl.envs import UnknownGame, backend_for, backends, describe_env, frames_per_step
+from accelrl.validate import ConfigError, validate_env
+
+
+@pytest.mark.parametrize(
+    "game,backend,chosen",
+    [
+        ("Pong", "ale_vec", "ale_vec"),
+        ("ALE/Pong-v5", "gym", "gym"),
+        ("CartPole-v1", "ale_vec", "classic"),  # the name chooses: --env.backend is for Atari
+        ("CartPole-v1", "gym", "classic"),
+    ],
+)
+def test_the_game_name_and_env_backend_choose_the_backend(game, backend, chosen):
+    assert backend_for(EnvConfig(game=game, backend=backend)).name == chosen
+
+
+def test_every_backend_is_registered_once_and_only_atari_ones_are_selectable():
+    found = backends()
+    assert {"ale_vec", "gym", "classic"} <= set(found)
+    assert {n for n, b in found.items() if b.selectable} == {"ale_vec", "gym"}
+
+
+def test_unknown_game_lists_what_each_backend_runs():
+    with pytest.raises(UnknownGame) as info:
+        backend_for(EnvConfig(game="Pongg"))
+    message = str(info.value)
+    assert "'Pongg'" in message and "'pong'" in message  # the close Atari name
+    assert "Atari games" in message and "gymnasium ids" in message
+    assert "\n" not in message
+
+
+def test_env_backend_must_be_one_that_is_chosen_by_flag():
+    with pytest.raises(ConfigError, match=r"--env.backend='classic': must be one of"):
+        validate_env(EnvConfig(game="CartPole-v1", backend="classic"))
+
+
+@pytest.mark.parametrize(
+    "cfg,spec,frames",
+    [
+        (EnvConfig(game="Pong"), ("pixels", (4, 84, 84), 6), 4),
+        (EnvConfig(game="Breakout", backend="gym", frame_stack=2, frameskip=3),
+         ("pixels", (2, 84, 84), 4), 3),
+        (EnvConfig(game="CartPole-v1"), ("observation", (4,), 2), 1),
+    ],
+)  # fmt: skip
+def test_describe_and_frames_per_step_come_from_the_backend(cfg, spec, frames):
+    found = describe_env(cfg)
+    assert (found["obs_key"], found["obs_shape"], found["num_actions"]) == spec
+    assert frames_per_step(cfg) == frames
+
+
+def test_atari_description_matches_the_env_it_builds():
+    """Atari backends describe their frames without building a simulator: the description
+    must be what ``make_env`` builds."""
+    from accelrl.envs import make_env
+
+    cfg = EnvConfig(game="SpaceInvaders", num_envs=1, frame_stack=3, screen_size=64)
+    env = make_env(cfg, seed=0)
+    try:
+        found = describe_env(cfg)
+        assert tuple(env.observation_spec["pixels"].shape[1:]) == found["obs_shape"]
+        assert env.num_actions == found["num_actions"]
+    finally:
+        env.close()
