@@ -70,3 +70,29 @@ def test_atari_description_matches_the_env_it_builds():
         assert env.num_actions == found["num_actions"]
     finally:
         env.close()
+
+
+def test_atari_games_without_the_atari_extra_are_one_line_naming_it(monkeypatch, capsys):
+    """ale-py (GPL-2.0) is the optional extra ``atari``: without it an Atari game stops before
+    anything starts, with one line naming the extra; other games are unaffected."""
+    import sys
+
+    from accelrl.cli import run_recipe
+    from accelrl.envs import games
+    from recipes import ppo_atari
+
+    monkeypatch.setitem(sys.modules, "ale_py", None)  # import ale_py now fails
+    games.available_games.cache_clear()
+    try:
+        with pytest.raises(UnknownGame, match=r"accelrl\[atari\]"):
+            backend_for(EnvConfig(game="Pong"))
+        assert backend_for(EnvConfig(game="CartPole-v1")).name == "classic"
+        with pytest.raises(SystemExit) as exit_info:
+            run_recipe(ppo_atari.Config, ppo_atari.train, description="",
+                       argv=["--env.game", "Pong", "--log.no-progress"])  # fmt: skip
+        assert exit_info.value.code == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(err) == 1 and err[0].startswith("accelrl: error: invalid --env.game='Pong'")
+        assert err[0].endswith('Atari games need the optional extra: pip install "accelrl[atari]"')
+    finally:
+        games.available_games.cache_clear()

@@ -133,9 +133,16 @@ def backend_for(cfg: EnvConfig) -> EnvBackend:
     """The backend that runs ``cfg.game``: the one ``cfg.backend`` names if it runs the game,
     else the backend the game name alone chooses. Raises ``UnknownGame``, or ``ValueError``
     when only other selectable backends run the game."""
-    runners = [b for b in _BACKENDS.values() if b.runs(cfg.game)]
+    runners, missing = [], []
+    for b in _BACKENDS.values():
+        try:
+            if b.runs(cfg.game):
+                runners.append(b)
+        except MissingExtra as err:  # its games need an extra that is not installed
+            missing.append(str(err))
     if not runners:
-        raise UnknownGame(cfg.game, _unknown_game_hint(cfg.game))
+        hint = _unknown_game_hint(cfg.game)
+        raise UnknownGame(cfg.game, "; ".join([hint, *dict.fromkeys(missing)]))
     for b in runners:
         if b.name == cfg.backend:
             return b
@@ -147,7 +154,12 @@ def backend_for(cfg: EnvConfig) -> EnvBackend:
 
 
 def _unknown_game_hint(game: str) -> str:
-    close = [name for b in _BACKENDS.values() for name in b.suggest(game)]
+    close = []
+    for b in _BACKENDS.values():
+        try:
+            close += b.suggest(game)
+        except MissingExtra:
+            pass
     close = list(dict.fromkeys(close))[:5]
     kinds = ", ".join(dict.fromkeys(b.games for b in _BACKENDS.values()))
     hint = f"Did you mean one of {close}? " if close else ""

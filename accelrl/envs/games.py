@@ -6,12 +6,21 @@ import re
 from functools import cache
 from typing import Any
 
+ATARI_MISSING = 'Atari games need the optional extra: pip install "accelrl[atari]"'
+"""ale-py (the Atari emulator and its ROMs) is GPL-2.0: an optional extra, like MinAtar, so that
+a plain install of accelrl pulls in no GPL package (docs/third-party.md)."""
+
 
 @cache
 def available_games() -> tuple[str, ...]:
-    """ROM ids that ale-py ships (snake_case, e.g. ``space_invaders``)."""
-    from ale_py import roms
+    """ROM ids that ale-py ships (snake_case, e.g. ``space_invaders``); raises ``MissingExtra``
+    naming the ``atari`` extra when ale-py is not installed."""
+    from accelrl.envs.backend import MissingExtra
 
+    try:
+        from ale_py import roms
+    except ImportError:
+        raise MissingExtra(ATARI_MISSING) from None
     return tuple(sorted(roms.get_all_rom_ids()))
 
 
