@@ -139,11 +139,15 @@ def test_train_rows_compare_with_the_plain_loop_at_its_best_thread_count(monkeyp
 
     monkeypatch.setattr(tt, "plain_runner", plain_runner)
     spec = next(s for s in tt.SPECS if s.name == "dqn")
-    res = tt.bench_spec(spec, "Pong", "cpu", quick=True, rounds=2, verbose=False)
+    res = tt.bench_spec(spec, "Pong", "cpu", quick=False, rounds=2, verbose=False)
     assert sorted(seen) == [1, 1, 2, 2]
     assert res["plain_best"] == "plain@2"
     assert res["plain_fps"] == pytest.approx(80.0)
     assert res["ratio"] == pytest.approx(1.25)
+    # --quick (the suite's smoke test) runs the plain loop once, at the learner's share.
+    seen.clear()
+    res = tt.bench_spec(spec, "Pong", "cpu", quick=True, rounds=1, verbose=False)
+    assert seen == [1] and res["plain_best"] == "plain@1"
 
 
 def test_train_rows_leave_out_the_recipes_first_thread_probe(monkeypatch):
