@@ -150,7 +150,7 @@ class DistConfig:
 
 @dataclass
 class CompileConfig:
-    """torch.compile for the learner (off by default; see the README's Threads section for the
+    """torch.compile for the learner (off by default; see docs/performance.md for the
     measured effect)."""
 
     loss: bool = False
@@ -164,7 +164,7 @@ class CompileConfig:
     cudagraphs: bool = False
     """Replay the acting policy's forward pass as a CUDA graph (TorchRL's ``cudagraph_policy``:
     ``tensordict.nn.CudaGraphModule``); needs the policy on a CUDA device. Not yet run on a GPU
-    here (README, Threads)."""
+    here (docs/performance.md)."""
 
 
 @dataclass

@@ -8,7 +8,7 @@ Atari (one run per call, meant for ``nohup``; both kinds write ``episodes.csv`` 
     python -m benchmarks.learning atari ppo --impl accelrl --game Breakout --frames 2000000 \\
         --seed 0 --run-dir runs/parity/ppo-breakout-accelrl-s0 [--resume] [-- RECIPE FLAGS]
     python -m benchmarks.learning compare runs/parity/ppo-breakout-*-s0 \\
-        -o docs/results/learning/ppo_breakout
+        -o docs/results/learning/ppo_breakout_2m_s0_DATE
 
 Both read one recipe ``Config``, parsed from the same flags (``atari_recipe_args``): ``--impl
 accelrl`` runs the recipe itself (``recipes/<algo>_atari.py``) with it, ``--impl plain`` runs

@@ -32,7 +32,7 @@ simulators and preprocessing from ``cfg.env``, the batch from ``cfg.collector.st
 implement (``life_loss_boundary=False``, A2C with Adam, APPO's V-trace, DQN's Polyak ``tau``)
 raises ``ValueError``. Only what has no recipe counterpart is a parameter: ``iterations`` (stop
 early), ``device``, the simulator ``threads``, an ``on_iteration`` hook and, for PPO and A2C, a
-``Checkpoint`` (long learning runs that span sessions; the DQN loop's carries its replay).
+``Checkpoint`` (long learning runs that are stopped and resumed; the DQN loop's carries its replay).
 
 Every loop returns one ``(frames, seconds)`` record per iteration (collection + update), counted
 from after its setup, as the recipes' ``metrics.csv`` rows; ``steady_fps`` turns either into

@@ -20,7 +20,8 @@ def test_one_update_moves_every_parameter_and_reports_metrics():
     with torch.no_grad():
         batch = env.rollout(5, model, break_when_any_done=False)
     a2c = A2C(model, A2CConfig(), torch.device("cpu"))
-    # Adam by default: baselines' TF-form RMSprop stays at random play on Breakout (README)
+    # Adam by default: baselines' TF-form RMSprop stays at random play on Breakout
+    # (docs/results/learning.md)
     assert isinstance(a2c.optimizer, torch.optim.Adam)
     before = [p.detach().clone() for p in model.parameters()]
     metrics = a2c.update(batch, progress=0.5)
@@ -47,8 +48,8 @@ def test_recipe_runs_and_resumes(tmp_path):
 @pytest.mark.slow
 def test_a2c_learns_cartpole(tmp_path, capsys):
     # Seeds 0, 1, 2 reached a last-100 mean of 499-500 by 120k-130k of the 150k steps and
-    # greedy evaluation returns of 500 (README). PyTorch's RMSprop form instead climbed to
-    # ~250 and collapsed (see accelrl.optim.RMSpropTF).
+    # greedy evaluation returns of 500 (docs/recipes/a2c.md). PyTorch's RMSprop form instead
+    # climbed to ~250 and collapsed (see accelrl.optim.RMSpropTF).
     cfg = Config(total_frames=150_000, seed=0, run_dir=str(tmp_path / "run"))
     cfg.env.game = "CartPole-v1"
     cfg.env.num_envs = 8

@@ -227,7 +227,7 @@ def test_appo_with_vtrace_learns_cartpole(tmp_path):
 @pytest.mark.slow
 def test_appo_without_vtrace_learns_cartpole(tmp_path, capsys):
     # GAE on lagged batches, values recomputed with the current critic: seed 0 reached 500 at
-    # 150k steps in session 2.
+    # 150k steps (2026-11-30).
     summary = appo_atari.train(appo_cartpole(tmp_path / "run", 150_000, vtrace=False))
     rows = metric_rows(tmp_path / "run")
     with capsys.disabled():
@@ -250,6 +250,6 @@ def test_async_dqn_learns_cartpole(tmp_path, capsys):
     summary = dqn_atari.train(cfg)
     with capsys.disabled():
         print(f"\n  async dqn seed 0: last-100 {summary['mean_return_100']:.1f}")
-    # Random play is ~22; seed 0 reached 256 (session 4).
+    # Random play is ~22; seed 0 reached 256 (2026-11-30).
     assert first_episodes_mean(run) < 60
     assert summary["mean_return_100"] >= 200, summary

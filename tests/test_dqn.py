@@ -330,7 +330,7 @@ def test_dqn_learns_cartpole_as_well_as_the_plain_loop(tmp_path, capsys):
     1-2 from 281 / 278 to 264 / 264. With epsilon lowered every step (both sides), over seeds
     0-11 the plain loop (benchmarks.plain_classic) ended at 200-330 (mean 253), 139-306 with
     the recipe's fused Adam (mean 228), accelrl at 107-302 (mean 213; seeds 0-2: 244 / 236 /
-    230, README "Does it learn?"). Before the ReLU Q-network the recipe
+    230, docs/results/learning.md). Before the ReLU Q-network the recipe
     ended at 70 / 76 on seeds 0 / 1 and never passed ~155; with a target network that never
     refreshes it ends at 11-17. So: the mean over seeds at least 150, one seed at least 200,
     and one greedy evaluation at 500."""
@@ -354,7 +354,7 @@ VARIANTS = {
     # lr 1e-3) and rainbow (C51's loss, prioritized replay with importance weights, all the
     # rest; plain loop 453, accelrl 443). The single variants' parity figures (3-step +
     # prioritized 405 / 380, C51 350 / 341, double + dueling 93 / 98: plain / accelrl) come
-    # from ``python -m benchmarks.learning_cartpole`` (README "Does it learn?").
+    # from ``python -m benchmarks.learning_cartpole`` (docs/results/learning.md).
     "double-dueling-nstep": 200,
     "rainbow": 200,
 }
@@ -364,7 +364,7 @@ VARIANTS = {
 @pytest.mark.parametrize("algo", list(VARIANTS))
 def test_dqn_variants_learn_cartpole(tmp_path, algo, capsys):
     """Each variant with the RL-zoo settings at 50k steps, seed 0 (settings and the plain
-    loop's figures: README "Does it learn?")."""
+    loop's figures: docs/results/learning.md)."""
     r = cartpole_run(algo, 0, tmp_path / "run")
     with capsys.disabled():
         print(f"\n  {algo} seed 0: last-100 {r['mean_return_100']:.1f}, "

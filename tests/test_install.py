@@ -27,3 +27,15 @@ def test_ale_ships_roms():
     from accelrl.envs import available_games
 
     assert {"pong", "breakout", "space_invaders"} <= set(available_games())
+
+
+def test_version_matches_pyproject():
+    import re
+    from pathlib import Path
+
+    import accelrl
+
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    project = pyproject.split("[project]", 1)[1].split("\n[", 1)[0]
+    (version,) = re.findall(r'^version\s*=\s*"([^"]+)"', project, flags=re.MULTILINE)
+    assert accelrl.__version__ == version

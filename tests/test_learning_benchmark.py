@@ -1,7 +1,7 @@
 """The learning-parity benchmark's plumbing: the CartPole table and the Atari parity runs give
 both implementations one recipe ``Config`` that the plain loops read their settings from, the
 plain Atari loop records whole-game scores, and ``compare`` reads run folders of either kind.
-(The learning figures themselves are in the README and docs/results.)"""
+(The learning figures themselves are in docs/results/learning.md.)"""
 
 from __future__ import annotations
 

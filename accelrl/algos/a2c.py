@@ -39,7 +39,7 @@ class A2CConfig:
     gradients on Atari (RMS 6e-5 to 7e-4 after clipping to norm 0.5) sit far below sqrt(eps)
     = 3.2e-3, so RMSprop steps are SGD-like, 10-50x smaller than lr: on Breakout it stayed at
     random play for 10M frames (recipe and plain loop alike), where Adam with the same lr and
-    eps scored 30 at 4M frames (plain loop 28; README "Does it learn?")."""
+    eps scored 30 at 4M frames (plain loop 28; docs/results/learning.md)."""
     lr: float = 7e-4
     anneal_lr: bool = True
     """Decay the learning rate linearly to 0 over total_frames (as OpenAI baselines' A2C)."""

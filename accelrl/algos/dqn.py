@@ -11,7 +11,7 @@ directly from the two networks, with ``DQNLoss`` holding the parameters and targ
 
 Presets for the paper's large batches keep the training intensity (replayed samples per
 collected sample, 8 as in the Atari papers) and grow the number of simulators with the batch,
-scaling Adam's learning rate with the square root of the batch size (see the README).
+scaling Adam's learning rate with the square root of the batch size (docs/results/large-batches.md).
 """
 
 from __future__ import annotations

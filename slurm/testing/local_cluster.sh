@@ -357,7 +357,7 @@ do_start() {
   local _
   for _ in $(seq 120); do nodes_ready && break; sleep 0.25; done
   if ! nodes_ready; then
-    # a node left DOWN or DRAINED by an earlier session: resume it once, then wait again
+    # a node left DOWN or DRAINED by an earlier run of the cluster: resume it once, then wait again
     scontrol update nodename="node[1-$NODES]" state=resume 2>/dev/null || true
     for _ in $(seq 120); do nodes_ready && break; sleep 0.25; done
   fi
