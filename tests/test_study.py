@@ -288,9 +288,11 @@ def test_tiny_grid_runs_locally_then_skips_then_reports(tmp_path, capsys, monkey
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_every_cell_with_a_checkpoint_and_the_rerun_resumes(tmp_path):
-    # A terminal's Ctrl-C reaches the whole process group: the study, submitit's controllers
-    # and the runs. The runs must checkpoint (the controllers must not kill them).
+@pytest.mark.parametrize("how", ["ctrl-c", "kill"])
+def test_a_stop_leaves_every_cell_a_checkpoint_and_the_rerun_resumes(how, tmp_path):
+    # ctrl-c: a terminal's Ctrl-C reaches the whole process group (the study, submitit's
+    # controllers, the runs), and the controllers must not kill the runs before they checkpoint.
+    # kill: SIGTERM to the study alone (one started in the background), which passes it on.
     # No periodic checkpoint within the test: the one found must come from the stop. Batches
     # of a few tenths of a second: a controller that passed on its own SIGINT would reach the
     # run mid-batch, before its checkpoint.
@@ -303,6 +305,7 @@ def test_ctrl_c_stops_every_cell_with_a_checkpoint_and_the_rerun_resumes(tmp_pat
     path = write_grid(tmp_path, text)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "accelrl.study", "run", str(path), "--dir", str(tmp_path / "s")]
+    cmd += ["--parallel", "2"]
     proc = subprocess.Popen(
         [*cmd, "--only", "*/seed0"],
         env=env,
@@ -312,13 +315,22 @@ def test_ctrl_c_stops_every_cell_with_a_checkpoint_and_the_rerun_resumes(tmp_pat
         text=True,
     )
     metrics = [tmp_path / "s" / f"ppo/{s}/CartPole-v1/seed0/metrics.csv" for s in ("small", "big")]
-    deadline = time.monotonic() + 120
-    while not all(m.is_file() and m.stat().st_size > 200 for m in metrics):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
-        time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGINT, out
+    sig = signal.SIGINT if how == "ctrl-c" else signal.SIGTERM
+    try:
+        deadline = time.monotonic() + 120
+        while not all(m.is_file() and m.stat().st_size > 200 for m in metrics):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.5)
+        if how == "ctrl-c":
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # the study did not stop: end it and its cells
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + sig, out
     assert "stopping 2 running cell(s)" in out and "Resume: python -m accelrl.study run" in out
     for m in metrics:
         assert list((m.parent / "checkpoints").glob("ckpt_*.pt")), out
