@@ -188,6 +188,14 @@ def test_print_array_lists_one_job_array_per_recipe_with_its_cells(tmp_path, cap
     assert sorted(p.name for p in grid.dir.iterdir()) == ["ppo"]  # printing writes nothing
 
 
+def test_slurm_without_a_cluster_says_what_to_do_instead(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("accelrl.study.runner.shutil.which", lambda name: None)
+    path = write_grid(tmp_path)
+    code, _, err = study(capsys, "run", str(path), "--dir", str(tmp_path / "s"), "--slurm")
+    assert code == 2 and err.count("\n") == 1
+    assert "no SLURM cluster found (sbatch not on PATH)" in err and "--print-array" in err
+
+
 # ---------------------------------------------------------------------------------------------
 # the report
 
@@ -337,3 +345,24 @@ def test_a_stop_leaves_every_cell_a_checkpoint_and_the_rerun_resumes(how, tmp_pa
         assert not (m.parent / "summary.json").exists()
     plan = subprocess.run(cmd + ["--dry-run"], env=env, capture_output=True, text=True)
     assert "4 cells: 0 finished (skipped), 2 to resume, 2 new" in plan.stdout, plan.stderr
+
+
+@pytest.mark.slurm
+@pytest.mark.slow  # 10-30 s: its jobs queue behind any others on the test cluster
+def test_slurm_runs_the_grid_as_a_job_array_and_a_rerun_finds_nothing_to_do(tmp_path, capsys):
+    text = GRID.replace("seeds = [0, 1]", "seeds = [0]") + "[slurm]\ntime = 5\ncpus_per_task = 1\n"
+    path, study_dir = write_grid(tmp_path, text), tmp_path / "s"
+    code, out, err = study(capsys, "run", str(path), "--dir", str(study_dir), "--slurm")
+    assert code == 0, out + err
+    jobs = [line.split()[2].rstrip(":") for line in out.splitlines() if line.startswith("# job ")]
+    assert [j.split("_")[1] for j in jobs] == ["0", "1"] and len(
+        {j.split("_")[0] for j in jobs}
+    ) == 1
+    summaries = [study_dir / f"ppo/{s}/CartPole-v1/seed0/summary.json" for s in ("small", "big")]
+    deadline = time.monotonic() + 300
+    while not all(p.is_file() for p in summaries):
+        assert time.monotonic() < deadline, f"no summaries; logs in {study_dir / 'slurm_logs'}"
+        time.sleep(2)
+    assert all(json.loads(p.read_text())["frames"] == 2048 for p in summaries)
+    code, out, _ = study(capsys, "run", str(path), "--dir", str(study_dir), "--slurm")
+    assert code == 0 and "2 finished (skipped)" in out and "nothing to run" in out

@@ -10,9 +10,12 @@ stops; the same command resumes them.
 
 from __future__ import annotations
 
+import shlex
+import shutil
 import signal
 import threading
 import time
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from fnmatch import fnmatch
@@ -102,8 +105,6 @@ def describe_plan(planned: Sequence[PlannedCell]) -> str:
 
 def command_line(p: PlannedCell) -> str:
     """The recipe command that runs this cell by hand."""
-    import shlex
-
     return f"python -m {p.cell.algorithm.recipe} " + shlex.join(p.args)
 
 
@@ -228,8 +229,6 @@ _NOT_IN_GRID = {"recipe", "recipe_args", "sweep", "suite", "dry_run", "local", "
 
 def slurm_options(grid: Grid, recipe: str, *, dry_run: bool) -> launch.LaunchOptions:
     """``slurm.launch`` options for one recipe's job array from the grid's [slurm] table."""
-    import typing
-
     hints = typing.get_type_hints(launch.LaunchOptions)
     allowed = {f.name for f in fields(launch.LaunchOptions)} - _NOT_IN_GRID
     values: dict[str, Any] = {"folder": str(grid.dir / "slurm_logs" / "%j")}
@@ -250,7 +249,8 @@ def slurm_options(grid: Grid, recipe: str, *, dry_run: bool) -> launch.LaunchOpt
 
 
 def _fits(value: Any, hint: Any) -> bool:
-    args = typing_args(hint)
+    """Whether a TOML value can stand for a field of type ``hint``."""
+    args = _types(hint)
     if isinstance(value, bool):
         return bool in args
     if isinstance(value, int):
@@ -262,15 +262,13 @@ def _fits(value: Any, hint: Any) -> bool:
     return type(value) in args
 
 
-def typing_args(hint: Any) -> set[type]:
-    import typing
-
+def _types(hint: Any) -> set[type]:
     origin = typing.get_origin(hint)
     if origin is None:
         return {hint}
     if origin is list:
         return {list}
-    return {t for a in typing.get_args(hint) for t in typing_args(a)}
+    return {t for a in typing.get_args(hint) for t in _types(a)}
 
 
 def run_slurm(
@@ -286,6 +284,9 @@ def run_slurm(
     if not todo:
         out("nothing to run")
         return 0
+    if not dry_run and shutil.which("sbatch") is None:
+        raise GridError("--slurm: no SLURM cluster found (sbatch not on PATH); run the grid here "
+                        "without --slurm, or print its job arrays with --print-array")  # fmt: skip
     by_recipe: dict[str, list[PlannedCell]] = {}
     for p in todo:
         by_recipe.setdefault(p.cell.algorithm.recipe, []).append(p)
