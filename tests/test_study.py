@@ -126,6 +126,22 @@ def test_the_unknown_flag_line_names_the_cell_and_the_flag(tmp_path, capsys):
     assert "[algorithms.ppo] settings.small" in err and "--collector.steps-per-btch" in err
 
 
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--frames", "100"], "--frames 100: give a budget >= 1 and a --dir of its own"),
+        (["--frames", "100", "--dir", "runs/grid"], "is the study's own folder"),
+        (["--threads", "0"], "--threads 0: must be >= 1"),
+        (["--parallel", "0"], "--parallel 0: must be >= 1"),
+        (["--only", "dqn/*"], "--only dqn/*: matches no cell"),
+    ],
+)
+def test_bad_run_flags_are_refused_in_one_line(flags, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = study(capsys, "run", str(write_grid(tmp_path)), "--dry-run", *flags)
+    assert code == 2 and err.count("\n") == 1 and message in err
+
+
 # ---------------------------------------------------------------------------------------------
 # cell states
 

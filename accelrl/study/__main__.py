@@ -136,6 +136,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.frames is not None and (args.frames < 1 or args.dir is None):
         raise GridError(f"--frames {args.frames}: give a budget >= 1 and a --dir of its own")
     grid = load_grid(args.grid, args.dir, frames=args.frames)
+    if args.frames is not None and grid.dir == load_grid(args.grid).dir:
+        raise GridError(f"--frames {args.frames}: --dir {args.dir} is the study's own folder; "
+                        "give the trial a folder of its own")  # fmt: skip
     on_slurm = args.slurm or args.print_array
     planned = plan_cells(grid, threads=args.threads, runs_here=not on_slurm, only=args.only)
     print(f"study {grid.dir}: {describe_plan(planned)}", flush=True)
