@@ -29,7 +29,7 @@ class PlotError(ValueError):
     """A run folder that cannot be plotted; the message names it."""
 
 
-def _read_columns(path: Path, names: Sequence[str]) -> dict[str, np.ndarray]:
+def read_columns(path: Path, names: Sequence[str]) -> dict[str, np.ndarray]:
     """Float columns ``names`` of a csv file; rows with missing or unparsable cells are skipped."""
     with open(path, newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
@@ -55,11 +55,13 @@ def _rolling_mean(x: np.ndarray, window: int) -> np.ndarray:
     return (c[idx] - c[lo]) / (idx - lo)
 
 
-def _wall_minutes(run_dir: Path, frames: np.ndarray) -> np.ndarray | None:
+def wall_minutes(run_dir: Path, frames: np.ndarray) -> np.ndarray | None:
+    """Wall-clock minutes of the run at each of ``frames`` (``time_s`` of metrics.csv
+    interpolated over its frames; frame 0 at time 0); None without metrics.csv rows."""
     path = run_dir / "metrics.csv"
     if not path.exists():
         return None
-    m = _read_columns(path, ("frames", "time_s"))
+    m = read_columns(path, ("frames", "time_s"))
     if len(m["frames"]) == 0:
         return None
     order = np.argsort(m["frames"], kind="stable")
@@ -80,12 +82,12 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, smooth: int = 100
         path = d / "episodes.csv"
         if not path.is_file():
             raise PlotError(f"{d} has no episodes.csv (not a run folder, or no episode finished)")
-        ep = _read_columns(path, ("frames", "return"))
+        ep = read_columns(path, ("frames", "return"))
         try:
             changes, _ = read_changes(d)
         except DamagedRecord as err:
             raise PlotError(str(err)) from None
-        runs.append((d, ep["frames"], ep["return"], _wall_minutes(d, ep["frames"]), changes))
+        runs.append((d, ep["frames"], ep["return"], wall_minutes(d, ep["frames"]), changes))
     if not runs:
         raise PlotError("no run folders given")
 

@@ -76,7 +76,7 @@ def _field(config: dict, dotted: str):
     return value
 
 
-def _csv_rows(path: Path, *numbers: str) -> list[dict[str, float]]:
+def csv_rows(path: Path, *numbers: str) -> list[dict[str, float]]:
     """The rows of ``path`` whose ``numbers`` columns all parse (a line cut by a kill, an empty
     cell or a hand edit is skipped)."""
     if not path.is_file():
@@ -111,7 +111,7 @@ def read_run(run_dir: str | Path, group_by: str = "algo") -> RunResult:
     from accelrl.envs import is_atari, rom_id
 
     game = rom_id(game_name) if is_atari(game_name) else game_name
-    rows = _csv_rows(run_dir / "episodes.csv", "frames", "return")
+    rows = csv_rows(run_dir / "episodes.csv", "frames", "return")
     frames = np.array([r["frames"] for r in rows])
     returns = np.array([r["return"] for r in rows])
     summary_path = run_dir / "summary.json"
@@ -120,7 +120,7 @@ def read_run(run_dir: str | Path, group_by: str = "algo") -> RunResult:
     except (OSError, ValueError) as err:
         raise ReportError(f"{summary_path} cannot be read ({err}): repair it, or delete it to "
                           "score the run from eval.csv or episodes.csv") from None  # fmt: skip
-    evals = _csv_rows(run_dir / "eval.csv", "eval/greedy_return")
+    evals = csv_rows(run_dir / "eval.csv", "eval/greedy_return")
     if summary.get("eval/greedy_return") is not None:  # null: no evaluation
         score, source = float(summary["eval/greedy_return"]), "final greedy evaluation"
     elif evals:
@@ -170,19 +170,30 @@ def stratified_bootstrap(
     return out
 
 
+def bootstrap_interval(
+    matrix: np.ndarray,
+    stat: Callable[[np.ndarray], float],
+    reps: int,
+    rng: np.random.Generator,
+    confidence: float = 0.95,
+) -> tuple[float, float, float]:
+    """``(stat(matrix), low, high)``: the statistic and its stratified-bootstrap percentile
+    interval (runs resampled within each column); NaN bounds when a resample gives NaN."""
+    tail = 100 * (1 - confidence) / 2
+    boot = stratified_bootstrap(matrix, stat, reps, rng)
+    low, high = np.percentile(boot, [tail, 100 - tail])
+    return stat(matrix), float(low), float(high)
+
+
 def interval_estimates(
     matrix: np.ndarray, reps: int = 2000, seed: int = 0, confidence: float = 0.95
 ) -> dict[str, tuple[float, float, float]]:
     """``{metric: (point, low, high)}`` for median, IQM and mean (percentile intervals)."""
     rng = np.random.default_rng(seed)
-    tail = 100 * (1 - confidence) / 2
-    out = {}
-    for name in METRICS:
-        stat = AGGREGATES[name]
-        boot = stratified_bootstrap(matrix, stat, reps, rng)
-        low, high = np.percentile(boot, [tail, 100 - tail])
-        out[name] = (stat(matrix), float(low), float(high))
-    return out
+    return {
+        name: bootstrap_interval(matrix, AGGREGATES[name], reps, rng, confidence)
+        for name in METRICS
+    }
 
 
 def performance_profile(matrix: np.ndarray, taus: np.ndarray) -> np.ndarray:

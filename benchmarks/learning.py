@@ -179,9 +179,9 @@ def run_accelrl_atari(algo: str, game: str, frames: int, seed: int, run_dir: Pat
 
 
 def read_returns(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-    from accelrl.plot import _read_columns
+    from accelrl.plot import read_columns
 
-    cols = _read_columns(run_dir / "episodes.csv", ("frames", "return"))
+    cols = read_columns(run_dir / "episodes.csv", ("frames", "return"))
     return cols["frames"], cols["return"]
 
 

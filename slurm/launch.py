@@ -21,14 +21,18 @@ the job, which resumes from that run folder (``slurm.job.RecipeJob``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.util
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -323,16 +327,33 @@ def submit(opts: LaunchOptions, runs: list[PlannedRun]) -> list[submitit.Job]:
     ex = make_executor(opts)
     jobs = []
     try:
-        if len(runs) == 1:
-            jobs.append(ex.submit(RecipeJob(opts.recipe, runs[0].cfg)))
-        else:
-            with ex.batch():
-                for run in runs:
-                    jobs.append(ex.submit(RecipeJob(opts.recipe, run.cfg)))
+        with _controllers_ignore_ctrl_c(opts.local):
+            if len(runs) == 1:
+                jobs.append(ex.submit(RecipeJob(opts.recipe, runs[0].cfg)))
+            else:
+                with ex.batch():
+                    for run in runs:
+                        jobs.append(ex.submit(RecipeJob(opts.recipe, run.cfg)))
     except FailedJobError as err:
         lines = [ln.strip() for ln in str(err).splitlines() if "error" in ln.lower()]
         raise LaunchError(f"sbatch failed: {lines[-1] if lines else err}") from None
     return jobs
+
+
+@contextlib.contextmanager
+def _controllers_ignore_ctrl_c(local: bool) -> Iterator[None]:
+    """Local jobs start with SIGINT ignored (a process inherits an ignored signal), so that a
+    terminal's Ctrl-C, which reaches the whole process group, stops each run through its own
+    handler (checkpoint at the next batch boundary) and not through submitit's controller,
+    which would send the run a second SIGINT and kill it a second later."""
+    if not local or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def describe(opts: LaunchOptions, runs: list[PlannedRun], jobs: list[submitit.Job] | None) -> str:
@@ -419,11 +440,17 @@ def prepare(opts: LaunchOptions) -> list[PlannedRun]:
         runs_here=opts.local,
         prog=f"{PROG} {opts.recipe} --",
     )
+    check_launch(opts, runs)
+    return runs
+
+
+def check_launch(opts: LaunchOptions, runs: list[PlannedRun]) -> None:
+    """The checks between planned runs and a submission: devices against the GPUs asked for,
+    the target (sbatch, --sbatch-line), and the default --cpus-per-task (said on stderr)."""
     if not opts.local and opts.gpus_per_node == 0 and any(uses_cuda(r.cfg) for r in runs):
         raise LaunchError("the recipe flags ask for a CUDA device but --gpus-per-node is 0")
     check_target(opts)
     default_cpus_per_task(opts)  # last: a refused launch prints its one error line only
-    return runs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,5 @@
 """Collector factory: layouts, thread budget, and weight sync to worker processes."""
 
-import time
 
 import pytest
 import torch
@@ -60,8 +59,34 @@ def test_learner_process_flushes_subnormal_floats():
     assert after == 0.0 and nonzero == 0
 
 
+class FakeClock:
+    """``accelrl.collect``'s perf_counter, moved only by the test: the thread choice follows the
+    times the test gives, however loaded the machine is (real sleeps of a few milliseconds
+    overshot by more than the difference under load and flipped the choice)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    from types import SimpleNamespace
+
+    from accelrl import collect
+
+    fake = FakeClock()
+    monkeypatch.setattr(collect, "time", SimpleNamespace(perf_counter=fake))
+    return fake
+
+
 @pytest.mark.parametrize("faster", [1, 2])
-def test_update_threads_follow_the_measurement(faster):
+def test_update_threads_follow_the_measurement(faster, clock):
     """Probes alternate 1 and 2 threads, the faster one (per unit of work) is kept, collection
     always gets its own count back, and a later probe window can change the choice (the
     machine's load changed)."""
@@ -73,7 +98,7 @@ def test_update_threads_follow_the_measurement(faster):
     def update(slow_threads: int, units: int = 1) -> None:
         with chooser(units=units):
             seen.append(torch.get_num_threads())
-            time.sleep(0.004 * units * (3 if torch.get_num_threads() == slow_threads else 1))
+            clock.sleep(0.004 * units * (3 if torch.get_num_threads() == slow_threads else 1))
         assert torch.get_num_threads() == plan.learner_torch
 
     try:
@@ -96,7 +121,7 @@ def test_update_threads_follow_the_measurement(faster):
 
 
 @pytest.mark.parametrize("faster", [1, 2])
-def test_update_threads_probe_only_the_first_steps_of_an_update(faster):
+def test_update_threads_probe_only_the_first_steps_of_an_update(faster, clock):
     """``steps``: a probe update runs 1 + probe_steps steps at the probed count and the rest at
     the current choice (a slow count costs a few steps, not an update); updates before the
     first decision run at the collection count; the faster count per step is kept."""
@@ -111,7 +136,7 @@ def test_update_threads_probe_only_the_first_steps_of_an_update(faster):
             seen = []
             for _ in chooser.steps(10):
                 seen.append(torch.get_num_threads())
-                time.sleep(0.002 * (3 if torch.get_num_threads() == slow else 1))
+                clock.sleep(0.002 * (3 if torch.get_num_threads() == slow else 1))
             updates.append(seen)
             assert torch.get_num_threads() == plan.learner_torch
         assert updates[0] == [1] * 10  # warm-up at the collection count
@@ -130,7 +155,7 @@ def test_update_threads_probe_only_the_first_steps_of_an_update(faster):
 
 
 @pytest.mark.parametrize("faster", [1, 2])
-def test_update_threads_measure_in_process_collection_too(faster):
+def test_update_threads_measure_in_process_collection_too(faster, clock):
     """``probe_collection``: from the second collection after the warm-up update on, 8 of them
     alternate 1 and 2 threads (each timed from the end of one update to the start of the
     next); the faster is kept for the collections after, independently of the updates' own
@@ -144,9 +169,9 @@ def test_update_threads_measure_in_process_collection_too(faster):
         torch.set_num_threads(plan.learner_torch)
         for _ in range(13):
             collected.append(torch.get_num_threads())  # a collection at this count
-            time.sleep(0.004 * (3 if torch.get_num_threads() == slow else 1))
+            clock.sleep(0.004 * (3 if torch.get_num_threads() == slow else 1))
             with chooser():
-                time.sleep(0.004 * (3 if torch.get_num_threads() == 2 else 1))  # 1 is faster
+                clock.sleep(0.004 * (3 if torch.get_num_threads() == 2 else 1))  # 1 is faster
         # Before any update, and after the warm-up update: the collection share.
         assert collected[:2] == [plan.learner_torch] * 2
         assert collected[2:10] == [1, 2] * 4, collected  # 4 probes of each

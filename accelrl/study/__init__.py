@@ -1,0 +1,10 @@
+"""Studies: a grid of recipe runs (algorithm x setting x game x seed) run on this machine or as
+SLURM job arrays through ``slurm.launch``, and the report that compares the settings.
+
+    python -m accelrl.study run studies/minatar_batch.toml        # resumable; Ctrl-C stops
+    python -m accelrl.study run studies/minatar_batch.toml --print-array   # SLURM, printed
+    python -m accelrl.study report runs/minatar_batch
+
+The grid file format: ``accelrl.study.grid``; running: ``accelrl.study.runner``; the report:
+``accelrl.study.report``.
+"""

@@ -1,0 +1,161 @@
+"""python -m accelrl.study run GRID.toml | report STUDY_DIR (see ``accelrl.study``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+PROG = "python -m accelrl.study"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line instead of argparse's usage block
+        self.exit(2, f"{PROG}: error: {message} (see {PROG} --help)\n")
+
+
+def _fractions(text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected fractions such as 0.25,0.5,1"
+        ) from None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = sub.add_parser(
+        "run",
+        help="run a grid's unfinished cells (here, or as SLURM job arrays)",
+        description="Run every unfinished cell of GRID: finished cells are skipped, cells with "
+        "a checkpoint resume. Ctrl-C (or SIGTERM) stops the running cells with a checkpoint; "
+        "the same command resumes.",
+    )
+    run.add_argument("grid", help="grid file (TOML), e.g. studies/minatar_batch.toml")
+    run.add_argument("--dir", help="study folder (default: the grid's dir, else runs/<name>)")
+    run.add_argument(
+        "--frames",
+        type=int,
+        help="every algorithm's budget instead of the grid's (a trial or timing of the grid; "
+        "needs --dir, so that its cells never mix with the study's)",
+    )
+    run.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads per cell (--threads.torch-threads unless the grid sets it; default 1)",
+    )
+    run.add_argument(
+        "--parallel",
+        type=int,
+        help="cells running at once on this machine (default: cores // --threads)",
+    )
+    run.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="only cells whose name (algorithm/setting/game/seedN) matches, e.g. 'dqn/*'; "
+        "repeatable",
+    )
+    where = run.add_mutually_exclusive_group()
+    where.add_argument(
+        "--dry-run", action="store_true", help="list each cell, its state and command; run none"
+    )
+    where.add_argument(
+        "--print-array",
+        action="store_true",
+        help="print the SLURM job array of each recipe (sbatch script and cells); submit nothing",
+    )
+    where.add_argument(
+        "--slurm", action="store_true", help="submit the cells as SLURM job arrays (slurm.launch)"
+    )
+    rep = sub.add_parser(
+        "report",
+        help="curves and a score table of a study folder",
+        description="Return vs frames and vs wall-clock time per setting (one PNG per algorithm "
+        "and game) and each setting's score at fractions of the budget relative to the "
+        "standard setting, with 95%% bootstrap intervals over seeds (report.md, scores.csv).",
+    )
+    rep.add_argument(
+        "study_dir", help="the study folder that `run` wrote (e.g. runs/minatar_batch)"
+    )
+    rep.add_argument("-o", "--out", help="output folder (default STUDY_DIR/report)")
+    rep.add_argument(
+        "--fractions",
+        type=_fractions,
+        default=[0.25, 0.5, 1.0],
+        help="fractions of each algorithm's budget to score at (default 0.25,0.5,1)",
+    )
+    rep.add_argument(
+        "--window",
+        type=float,
+        default=0.05,
+        help="episodes ending in this fraction of the budget up to a point score it (default 0.05)",
+    )
+    rep.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit code (2: refused before running anything)."""
+    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+    from accelrl.study.grid import GridError
+    from accelrl.study.report import StudyReportError
+
+    try:
+        if args.command == "run":
+            return _run(args)
+        from accelrl.study.report import report
+
+        report(args.study_dir, args.out, fractions=args.fractions, window=args.window,
+               reps=args.reps)  # fmt: skip
+        return 0
+    except (GridError, StudyReportError) as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from accelrl.study.grid import GridError, load_grid
+    from accelrl.study.runner import (
+        command_line,
+        cpu_parallel,
+        describe_plan,
+        plan_cells,
+        run_local,
+        run_slurm,
+    )
+
+    if args.threads < 1:
+        raise GridError(f"--threads {args.threads}: must be >= 1")
+    if args.parallel is not None and args.parallel < 1:
+        raise GridError(f"--parallel {args.parallel}: must be >= 1")
+    if args.frames is not None and (args.frames < 1 or args.dir is None):
+        raise GridError(f"--frames {args.frames}: give a budget >= 1 and a --dir of its own")
+    grid = load_grid(args.grid, args.dir, frames=args.frames)
+    if args.frames is not None and grid.dir == load_grid(args.grid).dir:
+        raise GridError(f"--frames {args.frames}: --dir {args.dir} is the study's own folder; "
+                        "give the trial a folder of its own")  # fmt: skip
+    on_slurm = args.slurm or args.print_array
+    planned = plan_cells(grid, threads=args.threads, runs_here=not on_slurm, only=args.only)
+    print(f"study {grid.dir}: {describe_plan(planned)}", flush=True)
+    if on_slurm:
+        return run_slurm(grid, planned, dry_run=args.print_array)
+    if args.dry_run:
+        for p in planned:
+            print(f"{p.state:8s} {p.cell.name}" + (f"\n  {command_line(p)}" if p.run else ""))
+        return 0
+    if not any(p.run for p in planned):
+        print("nothing to run")
+        return 0
+    parallel = args.parallel or cpu_parallel(args.threads)
+    print(f"running {parallel} cell(s) at a time, {args.threads} torch thread(s) each; "
+          f"logs in {grid.dir / 'logs'}", flush=True)  # fmt: skip
+    return run_local(grid, planned, parallel=parallel, out=lambda s: print(s, flush=True))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

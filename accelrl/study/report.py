@@ -1,0 +1,363 @@
+"""The report of a study folder: learning curves per setting and each setting's score at fixed
+fractions of the frame budget, relative to the algorithm's standard setting.
+
+A cell's score at a point (emulator frames) is the mean return of its training episodes that
+ended in the window of ``window`` x budget frames up to the point (the last episode before the
+point when none ended in it), from episodes.csv. A setting's score is the mean over seeds; its
+relative score the ratio of its mean to the standard setting's, per game, and over games the
+mean of the per-game ratios. Intervals are 95% stratified-bootstrap percentile intervals over
+seeds (``accelrl.report.bootstrap_interval``: seeds resampled within each setting and game). A
+point enters the table for the seeds whose runs of both settings have logged past it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from accelrl.plot import wall_minutes
+from accelrl.report import bootstrap_interval, csv_rows
+from accelrl.run_record import code_version
+from accelrl.study.grid import RECORD_NAME, cell_folder
+
+
+class StudyReportError(ValueError):
+    """A study folder that cannot be reported; the message is one line."""
+
+
+@dataclass
+class CellRun:
+    """What one cell's run folder holds so far."""
+
+    algorithm: str
+    setting: str
+    game: str
+    seed: int
+    frames: np.ndarray
+    """Emulator frames at the end of each training episode."""
+    returns: np.ndarray
+    minutes: np.ndarray | None
+    """Wall-clock minutes of the run at the end of each episode."""
+    reached: float
+    """Frames the run has logged (its latest metrics.csv row)."""
+
+
+def read_record(study_dir: Path) -> dict:
+    path = study_dir / RECORD_NAME
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StudyReportError(f"{study_dir} has no {RECORD_NAME}: not a study folder (python "
+                               "-m accelrl.study run GRID writes it)") from None  # fmt: skip
+    except (OSError, ValueError) as err:
+        raise StudyReportError(f"{path} cannot be read ({err})") from None
+
+
+def read_cells(study_dir: Path, record: dict) -> tuple[list[CellRun], list[str]]:
+    """The runs of the record's cells that have logged anything, and the names of the others."""
+    runs, missing = [], []
+    for algo, spec in record["algorithms"].items():
+        for setting in spec["settings"]:
+            for game in spec["games"]:
+                for seed in spec["seeds"]:
+                    name = cell_folder(algo, setting, game, seed)
+                    run_dir = study_dir / name
+                    metrics = csv_rows(run_dir / "metrics.csv", "frames")
+                    episodes = csv_rows(run_dir / "episodes.csv", "frames", "return")
+                    if not metrics or not episodes:
+                        missing.append(name)
+                        continue
+                    frames = np.array([r["frames"] for r in episodes])
+                    runs.append(CellRun(algo, setting, game, seed, frames,
+                                        np.array([r["return"] for r in episodes]),
+                                        wall_minutes(run_dir, frames),
+                                        max(r["frames"] for r in metrics)))  # fmt: skip
+    return runs, missing
+
+
+def window_score(x: np.ndarray, returns: np.ndarray, point: float, width: float) -> float:
+    """Mean of ``returns`` whose ``x`` lies in ``(point - width, point]``; the last one at or
+    before ``point`` when none does; NaN when none ends by ``point``."""
+    inside = (x > point - width) & (x <= point)
+    if inside.any():
+        return float(returns[inside].mean())
+    before = np.flatnonzero(x <= point)
+    return float(returns[before[-1]]) if len(before) else math.nan
+
+
+def _ratio(m: np.ndarray) -> float:
+    """Mean of the first half of the columns over the mean of the second half, column by column
+    (one game each), averaged over games; NaN where a standard mean is not positive."""
+    games = m.shape[1] // 2
+    setting, standard = m[:, :games].mean(axis=0), m[:, games:].mean(axis=0)
+    if (standard <= 0).any():
+        return math.nan
+    return float((setting / standard).mean())
+
+
+def _mean(m: np.ndarray) -> float:
+    return float(m.mean())
+
+
+@dataclass
+class Row:
+    algorithm: str
+    setting: str
+    standard: str
+    fraction: float
+    frames: int
+    game: str
+    """A game, or ``all`` for the mean over games."""
+    seeds: int
+    of_seeds: int
+    score: tuple[float, float, float]
+    relative: tuple[float, float, float]
+
+
+def score_table(
+    runs: Sequence[CellRun],
+    record: dict,
+    fractions: Sequence[float],
+    window: float,
+    reps: int,
+    seed: int = 0,
+) -> list[Row]:
+    """One row per algorithm x budget fraction x game (then all games, when there are
+    several) x setting."""
+    rng = np.random.default_rng(seed)
+    found = {(r.algorithm, r.setting, r.game, r.seed): r for r in runs}
+    rows = []
+    for algo, spec in record["algorithms"].items():
+        budget, standard = spec["frames"], spec["standard"]
+        for setting in spec["settings"]:
+            for fraction in fractions:
+                point, width = fraction * budget, window * budget
+                scores: dict[str, dict[int, tuple[float, float]]] = {}
+                for game in spec["games"]:
+                    pairs = {}
+                    for s in spec["seeds"]:
+                        mine, theirs = (
+                            found.get((algo, setting, game, s)),
+                            found.get((algo, standard, game, s)),
+                        )
+                        if mine and theirs and min(mine.reached, theirs.reached) >= point:
+                            pairs[s] = (
+                                window_score(mine.frames, mine.returns, point, width),
+                                window_score(theirs.frames, theirs.returns, point, width),
+                            )
+                    scores[game] = pairs
+                    rows.append(_row(algo, setting, standard, fraction, point, game,
+                                     [pairs], len(spec["seeds"]), reps, rng))  # fmt: skip
+                if len(scores) > 1:
+                    common = set.intersection(*(set(p) for p in scores.values()))
+                    kept = [{s: p[s] for s in sorted(common)} for p in scores.values()]
+                    rows.append(_row(algo, setting, standard, fraction, point, "all", kept,
+                                     len(spec["seeds"]), reps, rng))  # fmt: skip
+    # Settings side by side at each point and game.
+    order = {
+        (a, s): (i, j)
+        for i, (a, spec) in enumerate(record["algorithms"].items())
+        for j, s in enumerate(spec["settings"])
+    }
+    games = {g: k for spec in record["algorithms"].values() for k, g in enumerate(spec["games"])}
+    return sorted(
+        rows,
+        key=lambda r: (order[r.algorithm, r.setting][0], r.fraction,
+                       games.get(r.game, len(games)), order[r.algorithm, r.setting][1]),
+    )  # fmt: skip
+
+
+def _row(algo, setting, standard, fraction, point, game, per_game, of_seeds, reps, rng) -> Row:
+    """A table row from ``per_game``: for each game, {seed: (score, standard's score)}."""
+    n = min(len(p) for p in per_game)
+    nan3 = (math.nan, math.nan, math.nan)
+    if n == 0:
+        return Row(algo, setting, standard, fraction, int(point), game, 0, of_seeds, nan3, nan3)
+    mine = np.array([[v[0] for v in p.values()] for p in per_game]).T  # [seeds, games]
+    theirs = np.array([[v[1] for v in p.values()] for p in per_game]).T
+    score = bootstrap_interval(mine, _mean, reps, rng)
+    if setting == standard:
+        relative = (1.0, 1.0, 1.0)
+    else:
+        relative = bootstrap_interval(np.concatenate([mine, theirs], axis=1), _ratio, reps, rng)
+    return Row(algo, setting, standard, fraction, int(point), game, n, of_seeds, score, relative)
+
+
+# ---------------------------------------------------------------------------------------------
+# figures
+
+
+def _curves(
+    runs: Sequence[CellRun], use_time: bool, points: int, window: float
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Grid points and, per setting, ``[seeds, points]`` windowed scores (NaN past a run's
+    end); x is frames, or wall-clock minutes with ``use_time``."""
+    xs = {id(r): (r.minutes if use_time else r.frames) for r in runs}
+    if use_time:
+        ends = {id(r): float(r.minutes[-1]) if r.minutes is not None else 0.0 for r in runs}
+    else:
+        ends = {id(r): r.reached for r in runs}
+    top = max(ends.values(), default=0.0)
+    grid = np.linspace(top / points, top, points)
+    out: dict[str, list[np.ndarray]] = {}
+    for r in runs:
+        x = xs[id(r)]
+        if x is None:
+            continue
+        values = [window_score(x, r.returns, p, window * top) if p <= ends[id(r)] else math.nan
+                  for p in grid]  # fmt: skip
+        out.setdefault(r.setting, []).append(np.array(values))
+    return grid, {k: np.array(v) for k, v in out.items()}
+
+
+def write_figure(
+    runs: Sequence[CellRun], algo: str, game: str, settings: Sequence[str], path: Path,
+    window: float, points: int = 60,
+) -> Path:  # fmt: skip
+    """Return vs frames and vs wall-clock minutes, one curve per setting: the mean over seeds
+    with a band from the lowest to the highest seed."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import EngFormatter
+
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2, sharey=True)
+    for ax, use_time in zip(axes, (False, True), strict=True):
+        grid, curves = _curves(runs, use_time, points, window)
+        for i, setting in enumerate(settings):
+            if setting not in curves:
+                continue
+            values = curves[setting]
+            seen = ~np.isnan(values)
+            shown = seen.any(axis=0)
+            with np.errstate(all="ignore"):
+                mean = np.nanmean(values[:, shown], axis=0)
+                low = np.nanmin(values[:, shown], axis=0)
+                high = np.nanmax(values[:, shown], axis=0)
+            x = grid[shown]
+            ax.plot(x, mean, color=f"C{i}", lw=1.6, label=f"{setting} (n={len(values)})")
+            ax.fill_between(x, low, high, color=f"C{i}", alpha=0.2, lw=0)
+        ax.grid(alpha=0.3)
+        if use_time:
+            ax.set_xlabel("wall-clock minutes")
+        else:
+            ax.set_xlabel("emulator frames")
+            ax.xaxis.set_major_formatter(EngFormatter())
+            ax.set_ylabel(f"episode return (mean over a {window:.0%} window)")
+            ax.legend(fontsize="small")
+    fig.suptitle(f"{algo} on {game}: mean over seeds, band from the lowest to the highest seed",
+                 fontsize="medium")  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+def _interval(v: tuple[float, float, float], digits: int = 3) -> str:
+    point, low, high = v
+    if math.isnan(point):
+        return "n/a"
+    if math.isnan(low):
+        return f"{point:.{digits}g}"
+    return f"{point:.{digits}g} [{low:.{digits}g}, {high:.{digits}g}]"
+
+
+def markdown(rows: Sequence[Row], record: dict, study_dir: Path, window: float, reps: int,
+             missing: Sequence[str], figures: Sequence[Path]) -> str:  # fmt: skip
+    commit = code_version()["commit"] or "unknown"
+    lines = [
+        f"# Study report: {record.get('grid', study_dir)}",
+        "",
+        f"Written {time.strftime('%Y-%m-%d %H:%M %Z')} from `{study_dir}` (accelrl commit "
+        f"{commit}) by `python -m accelrl.study report`.",
+        "",
+        f"- Score at a point: the mean return of the training episodes that ended in the "
+        f"{window:.0%} of the budget up to it (episodes.csv), then the mean over seeds.",
+        "- Relative: a setting's mean score over the standard setting's at the same frames, per "
+        "game; `all`: the mean of the per-game ratios.",
+        f"- [low, high]: 95% stratified-bootstrap percentile interval over seeds ({reps} "
+        "resamples; seeds resampled within each setting and game).",
+        "- Seeds: those whose runs of both the setting and the standard reached the point.",
+        "- Wall-clock curves: the time each run logged, with the study's cells sharing the "
+        "machine's cores; compare them between settings run under the same load.",
+    ]
+    for algo, spec in record["algorithms"].items():
+        lines += ["", f"## {algo}: budget {spec['frames']:,} frames, standard "
+                      f"`{spec['standard']}`", ""]  # fmt: skip
+        for setting, flags in spec["settings"].items():
+            lines.append(f"- `{setting}`: `{' '.join(flags) or '(algorithm flags only)'}`")
+        lines += ["", f"| setting | frames | game | seeds | score [95% CI] | relative to "
+                      f"{spec['standard']} [95% CI] |", "|---|---|---|---|---|---|"]  # fmt: skip
+        for r in (r for r in rows if r.algorithm == algo):
+            rel = "1 (standard)" if r.setting == r.standard else _interval(r.relative)
+            if r.seeds == 0:
+                score = rel = "pending"
+            else:
+                score = _interval(r.score)
+            lines.append(f"| {r.setting} | {r.frames:,} ({r.fraction:.0%}) | {r.game} | "
+                         f"{r.seeds}/{r.of_seeds} | {score} | {rel} |")  # fmt: skip
+    if figures:
+        lines += ["", "## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures]
+    if missing:
+        lines += ["", f"## Cells without data yet ({len(missing)})", ""]
+        lines += [f"- {name}" for name in missing]
+    return "\n".join(lines) + "\n"
+
+
+def write_csv(rows: Sequence[Row], path: Path) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["algorithm", "setting", "standard", "budget_fraction", "frames", "game",
+                    "seeds", "of_seeds", "score", "score_low", "score_high", "relative",
+                    "relative_low", "relative_high"])  # fmt: skip
+        for r in rows:
+            w.writerow([r.algorithm, r.setting, r.standard, r.fraction, r.frames, r.game,
+                        r.seeds, r.of_seeds, *r.score, *r.relative])  # fmt: skip
+
+
+def report(
+    study_dir: str | Path,
+    out: str | Path | None = None,
+    *,
+    fractions: Sequence[float] = (0.25, 0.5, 1.0),
+    window: float = 0.05,
+    reps: int = 2000,
+    say: Callable[[str], None] = print,
+) -> list[Row]:
+    """Write ``report.md``, ``scores.csv`` and ``<algorithm>-<game>.png`` to ``out`` (default
+    STUDY_DIR/report); returns the table's rows."""
+    study_dir = Path(study_dir)
+    if not all(0 < f <= 1 for f in fractions):
+        raise StudyReportError(f"--fractions {list(fractions)}: each must be in (0, 1]")
+    if not 0 < window <= 1:
+        raise StudyReportError(f"--window {window}: a fraction of the budget in (0, 1]")
+    record = read_record(study_dir)
+    out = Path(out) if out is not None else study_dir / "report"
+    runs, missing = read_cells(study_dir, record)
+    rows = score_table(runs, record, fractions, window, reps)
+    figures = []
+    for algo, spec in record["algorithms"].items():
+        for game in spec["games"]:
+            mine = [r for r in runs if r.algorithm == algo and r.game == game]
+            if mine:
+                path = out / f"{algo}-{game.replace('/', '_')}.png"
+                figures.append(write_figure(mine, algo, game, list(spec["settings"]), path,
+                                            window))  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    text = markdown(rows, record, study_dir, window, reps, missing, figures)
+    (out / "report.md").write_text(text)
+    write_csv(rows, out / "scores.csv")
+    say(text)
+    say(f"wrote {out / 'report.md'}, {out / 'scores.csv'} and {len(figures)} figure(s)")
+    return rows

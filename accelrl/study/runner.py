@@ -1,0 +1,318 @@
+"""Running a grid: every cell's flags checked by its recipe's parser first, then the cells run
+through ``slurm.launch`` (submitit): on this machine with its local executor, a few at a time,
+or on SLURM as one job array per recipe.
+
+A finished cell (summary.json at the budget) is skipped, one with a checkpoint resumes with
+``--resume``, one that a live process holds is left alone. Ctrl-C or SIGTERM stops the study:
+no new cell starts, each running cell writes a checkpoint at its next batch boundary and
+stops; the same command resumes them.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import signal
+import threading
+import time
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from fnmatch import fnmatch
+from typing import Any
+
+import submitit
+
+from accelrl.study.grid import FINISHED, RESUME, RUNNING, Cell, Grid, GridError, cell_state
+from slurm import launch
+from slurm.plan import LaunchError, PlannedRun, load_recipe, plan_runs
+
+LOCAL_TIME_MIN = 30 * 24 * 60
+"""Local jobs' time limit: none that a study on one machine would reach (submitit's local
+executor always sets one)."""
+POLL_S = 1.0
+
+
+@dataclass
+class PlannedCell:
+    cell: Cell
+    state: str
+    """``grid.cell_state`` when planned: new, resume, running or finished."""
+    run: PlannedRun | None
+    """The parsed and validated config; None for a cell that does not run now."""
+    args: list[str]
+    """Its recipe flags (what the config was parsed from)."""
+
+
+def plan_cells(
+    grid: Grid, *, threads: int | None, runs_here: bool, only: Sequence[str] = ()
+) -> list[PlannedCell]:
+    """Every cell (those matching an ``only`` pattern, when given) with its state; the cells to
+    run get their config, parsed and validated by their recipe. Raises ``GridError`` (one line
+    naming the cell) before anything runs."""
+    cells = [c for c in grid.cells() if not only or any(fnmatch(c.name, p) for p in only)]
+    if not cells:
+        raise GridError(
+            f"--only {' '.join(only)}: matches no cell of {grid.path} (cells are named "
+            "algorithm/setting/game/seedN, e.g. 'dqn/*/MinAtar_Breakout/*')"
+        )
+    recipes = {}
+    for algo in grid.algorithms.values():
+        try:
+            recipes[algo.name] = load_recipe(algo.recipe)
+        except LaunchError as err:
+            raise GridError(f"{grid.path} [algorithms.{algo.name}] recipe: {err}") from None
+    planned = []
+    for cell in cells:
+        state = cell_state(cell)
+        run = None
+        args = cell.recipe_args(threads) + (["--resume"] if state == RESUME else [])
+        if state not in (FINISHED, RUNNING):
+            recipe = recipes[cell.algorithm.name]
+            try:
+                (run,) = plan_runs(recipe, args, [], runs_here=runs_here, prog=recipe.__name__)
+            except LaunchError as err:
+                where = f"[algorithms.{cell.algorithm.name}] settings.{cell.setting}"
+                raise GridError(f"{grid.path} {where} ({cell.game}, seed {cell.seed}): "
+                                f"{err}") from None  # fmt: skip
+        planned.append(PlannedCell(cell, state, run, args))
+    return planned
+
+
+def run_order(planned: Sequence[PlannedCell]) -> list[PlannedCell]:
+    """Cells to run: resumed ones first, then seed by seed, so that an early stop leaves whole
+    comparisons (every setting of a game at one seed) rather than many seeds of one setting."""
+    todo = [p for p in planned if p.run is not None]
+    return sorted(
+        todo,
+        key=lambda p: (
+            p.state != RESUME,
+            p.cell.algorithm.seeds.index(p.cell.seed),
+            p.cell.game,
+            p.cell.algorithm.name,
+            p.cell.setting,
+        ),
+    )
+
+
+def describe_plan(planned: Sequence[PlannedCell]) -> str:
+    counts = {s: sum(p.state == s for p in planned) for s in ("finished", "resume", "new")}
+    running = sum(p.state == RUNNING for p in planned)
+    text = (f"{len(planned)} cells: {counts['finished']} finished (skipped), {counts['resume']} "
+            f"to resume, {counts['new']} new")  # fmt: skip
+    return text + (f", {running} running elsewhere (skipped)" if running else "")
+
+
+def command_line(p: PlannedCell) -> str:
+    """The recipe command that runs this cell by hand."""
+    return f"python -m {p.cell.algorithm.recipe} " + shlex.join(p.args)
+
+
+# ---------------------------------------------------------------------------------------------
+# on this machine
+
+
+class _StopRequest:
+    """The first Ctrl-C / SIGTERM asks the study to stop (no new cell; running cells
+    checkpoint); a second one stops at once."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def local_options(grid: Grid, recipe: str) -> launch.LaunchOptions:
+    return launch.LaunchOptions(
+        recipe=recipe,
+        local=True,
+        time=LOCAL_TIME_MIN,
+        max_requeues=0,
+        folder=str(grid.dir / "logs" / "%j"),
+    )
+
+
+def run_local(
+    grid: Grid,
+    planned: Sequence[PlannedCell],
+    *,
+    parallel: int,
+    out: Callable[[str], None] = print,
+) -> int:
+    """Run the cells that need it, ``parallel`` at a time, each as a submitit local job;
+    returns the exit code (0 all finished, 1 a cell failed, 128 + signal when stopped)."""
+    queue = run_order(planned)
+    total, started, failed = len(queue), 0, 0
+    running: list[tuple[PlannedCell, submitit.Job]] = []
+    stop = _StopRequest()
+    forwarded = False
+    grid.write_record()
+    try:
+        while queue or running:
+            while queue and len(running) < parallel and stop.signum is None:
+                p = queue.pop(0)
+                assert p.run is not None
+                (job,) = launch.submit(local_options(grid, p.cell.algorithm.recipe), [p.run])
+                started += 1
+                running.append((p, job))
+                out(f"[{started}/{total}] start {p.cell.name} ({p.state}); log "
+                    f"{job.paths.stderr}")  # fmt: skip
+            if stop.signum is not None and not forwarded:
+                forwarded = True
+                name = signal.Signals(stop.signum).name
+                out(f"{name}: stopping {len(running)} running cell(s) at their next batch "
+                    "(each writes a checkpoint); the same command resumes the study")  # fmt: skip
+                for _, job in running:
+                    stop_local_job(job)
+            for p, job in [r for r in running if r[1].done()]:
+                running.remove((p, job))
+                failed += not _report_end(p, job, out)
+            if running:
+                time.sleep(POLL_S)
+    finally:
+        stop.restore()
+    if stop.signum is not None:
+        left = len(queue)
+        out(f"stopped; {left} cell(s) not started. Resume: python -m accelrl.study run "
+            f"{grid.path} --dir {grid.dir}")  # fmt: skip
+        return 128 + stop.signum
+    tail = "; the failed cells' logs are named above, and running the study again retries them"
+    out(f"{total} cell(s) run, {failed} failed" + (tail if failed else ""))
+    return 1 if failed else 0
+
+
+def stop_local_job(job: submitit.Job) -> None:
+    """SIGTERM to a local job's controller, which passes it on to the run: the run writes a
+    checkpoint at its next batch boundary and exits. (``job.cancel()`` sends SIGINT, which
+    local controllers ignore: ``slurm.launch`` starts them so; submitit keeps the controller's
+    ``Popen`` in ``_process``.)"""
+    process = getattr(job, "_process", None)
+    if process is not None and process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+
+
+def _report_end(p: PlannedCell, job: submitit.Job, out: Callable[[str], None]) -> bool:
+    """Print how the cell's job ended; True when it finished its budget."""
+    try:
+        summary = job.result()
+    except Exception as err:  # submitit re-raises the job's own exception
+        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+        reason = lines[-1] if lines else repr(err)
+        if "stopped by" in reason:
+            out(f"stopped {p.cell.name}: {reason}")
+            return True
+        out(f"FAILED {p.cell.name}: {reason} (log: {job.paths.stderr})")
+        return False
+    fps, ret = summary.get("fps"), summary.get("mean_return_100")
+    out(f"done {p.cell.name}: {summary.get('frames')} frames, "
+        + (f"mean return of the last 100 episodes {ret:.3g}, " if isinstance(ret, float) else "")
+        + (f"{fps:.0f} frames/s" if isinstance(fps, float) else ""))  # fmt: skip
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# on SLURM
+
+_NOT_IN_GRID = {"recipe", "recipe_args", "sweep", "suite", "dry_run", "local", "wait"}
+
+
+def slurm_options(grid: Grid, recipe: str, *, dry_run: bool) -> launch.LaunchOptions:
+    """``slurm.launch`` options for one recipe's job array from the grid's [slurm] table."""
+    hints = typing.get_type_hints(launch.LaunchOptions)
+    allowed = {f.name for f in fields(launch.LaunchOptions)} - _NOT_IN_GRID
+    values: dict[str, Any] = {"folder": str(grid.dir / "slurm_logs" / "%j")}
+    for key, value in grid.slurm.items():
+        if key not in allowed:
+            raise GridError(f"{grid.path} [slurm]: unknown key {key!r}; known: "
+                            f"{sorted(allowed)}")  # fmt: skip
+        if not _fits(value, hints[key]):
+            raise GridError(f"{grid.path} [slurm] {key} = {value!r}: expected "
+                            f"{hints[key]}")  # fmt: skip
+        values[key] = value
+    opts = launch.LaunchOptions(recipe=recipe, dry_run=dry_run, **values)
+    try:
+        launch.check_options(opts)
+    except LaunchError as err:
+        raise GridError(f"{grid.path} [slurm]: {err}") from None
+    return opts
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a TOML value can stand for a field of type ``hint``."""
+    args = _types(hint)
+    if isinstance(value, bool):
+        return bool in args
+    if isinstance(value, int):
+        return int in args or float in args
+    if isinstance(value, float):
+        return float in args
+    if isinstance(value, list):
+        return list in args and all(isinstance(v, str) for v in value)
+    return type(value) in args
+
+
+def _types(hint: Any) -> set[type]:
+    origin = typing.get_origin(hint)
+    if origin is None:
+        return {hint}
+    if origin is list:
+        return {list}
+    return {t for a in typing.get_args(hint) for t in _types(a)}
+
+
+def run_slurm(
+    grid: Grid,
+    planned: Sequence[PlannedCell],
+    *,
+    dry_run: bool,
+    out: Callable[[str], None] = print,
+) -> int:
+    """One job array per recipe of the cells that need to run: printed (``dry_run``, no cluster
+    needed) or submitted through ``slurm.launch``. Raises ``GridError``."""
+    todo = run_order(planned)
+    if not todo:
+        out("nothing to run")
+        return 0
+    if not dry_run and shutil.which("sbatch") is None:
+        raise GridError("--slurm: no SLURM cluster found (sbatch not on PATH); run the grid here "
+                        "without --slurm, or print its job arrays with --print-array")  # fmt: skip
+    by_recipe: dict[str, list[PlannedCell]] = {}
+    for p in todo:
+        by_recipe.setdefault(p.cell.algorithm.recipe, []).append(p)
+    if not dry_run:
+        grid.write_record()
+    for recipe, cells in by_recipe.items():
+        opts = slurm_options(grid, recipe, dry_run=dry_run)
+        runs = [p.run for p in cells if p.run is not None]
+        try:
+            launch.check_launch(opts, runs)
+            if dry_run:
+                out(f"# {recipe}: a job array of {len(runs)} cell(s)")
+                out(launch.sbatch_script(opts, len(runs)).rstrip("\n"))
+                jobs = None
+            else:
+                jobs = launch.submit(opts, runs)
+        except LaunchError as err:
+            raise GridError(f"{grid.path}: {recipe}: {err}") from None
+        for i, p in enumerate(cells):
+            where = f"job {jobs[i].job_id}" if jobs else f"array index {i}"
+            out(f"# {where}: {p.cell.name} ({p.state}) -> {p.cell.run_dir}")
+    return 0
+
+
+def cpu_parallel(threads: int) -> int:
+    """Cells that fit this machine at ``threads`` torch threads each (at least one)."""
+    from accelrl.config import cpu_count
+
+    return max(1, cpu_count() // max(1, threads))

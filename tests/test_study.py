@@ -1,0 +1,384 @@
+"""The study tool: grid files and their one-line refusals, cell states (skip, resume), the SLURM
+job arrays it prints, the report's scores and intervals on hand-written run folders, and one
+tiny grid run for real through submitit's local executor, then reported."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from accelrl.run_lock import FolderLock
+from accelrl.study.__main__ import main
+from accelrl.study.grid import FINISHED, NEW, RESUME, RUNNING, cell_state, load_grid
+from accelrl.study.report import report, window_score
+from accelrl.study.runner import plan_cells
+
+ROOT = Path(__file__).resolve().parents[1]
+
+GRID = """
+[study]
+games = ["CartPole-v1"]
+seeds = [0, 1]
+flags = "--log.no-progress --log.no-tensorboard --log.eval-episodes 0 --env.num-envs 4"
+
+[algorithms.ppo]
+recipe = "recipes.ppo_atari"
+frames = 2048
+standard = "small"
+flags = "--log.checkpoint-every-frames 1024"
+settings = { small = "--collector.steps-per-batch 64", big = "--collector.steps-per-batch 256 --env.num-envs 16" }
+"""  # noqa: E501
+
+
+def write_grid(tmp_path: Path, text: str = GRID, name: str = "grid.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def study(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---------------------------------------------------------------------------------------------
+# grid files
+
+
+def test_grid_gives_each_cell_its_folder_and_flags(tmp_path):
+    text = GRID.replace(
+        'flags = "--log.checkpoint', 'flags = "--log.project {run_dir}/x --log.checkpoint'
+    )
+    grid = load_grid(write_grid(tmp_path, text), tmp_path / "s")
+    cells = grid.cells()
+    assert [c.name for c in cells] == [
+        "ppo/small/CartPole-v1/seed0",
+        "ppo/small/CartPole-v1/seed1",
+        "ppo/big/CartPole-v1/seed0",
+        "ppo/big/CartPole-v1/seed1",
+    ]
+    big1 = cells[3]
+    assert big1.run_dir == tmp_path / "s" / "ppo" / "big" / "CartPole-v1" / "seed1"
+    assert big1.recipe_args(threads=1) == [
+        *("--log.no-progress", "--log.no-tensorboard", "--log.eval-episodes", "0"),
+        *("--env.num-envs", "4", "--log.project", f"{big1.run_dir}/x"),
+        *("--log.checkpoint-every-frames", "1024"),
+        *("--collector.steps-per-batch", "256", "--env.num-envs", "16"),
+        *("--threads.torch-threads", "1", "--total-frames", "2048", "--seed", "1"),
+        *("--env.game", "CartPole-v1", "--run-dir", str(big1.run_dir)),
+    ]
+    # A grid that sets the threads keeps them; --frames replaces every budget.
+    again = load_grid(write_grid(tmp_path, GRID.replace('64"', '64 --threads.torch-threads 2"')),
+                      tmp_path / "s", frames=512)  # fmt: skip
+    small0 = again.cells()[0]
+    assert small0.recipe_args(threads=1).count("--threads.torch-threads") == 1
+    assert small0.algorithm.frames == 512
+
+
+BAD_GRIDS = [
+    ("[study\n", "not valid TOML"),
+    (GRID.replace("seeds = [0, 1]", "seed = [0, 1]"), "unknown key 'seed'; did you mean 'seeds'?"),
+    (GRID.replace("[0, 1]", "[0, 0]"), "a seed is listed twice"),
+    (GRID.replace("frames = 2048", "frames = 2.5e3"), "frames = 2500.0: expected a positive"),
+    (GRID.replace('standard = "small"', 'standard = "tiny"'), "standard = 'tiny': not one of"),
+    (GRID.replace("big =", '"big/x" ='), "name 'big/x' cannot be a folder name"),
+    (
+        GRID.replace('"--collector.steps-per-batch 64"', '"--seed 3"'),
+        "--seed is set by the study; give it in the study's seeds",
+    ),
+    (GRID.replace("recipes.ppo_atari", "recipes.ppo_atary"), "unknown recipe module"),
+    (
+        GRID.replace("--collector.steps-per-batch 64", "--collector.steps-per-btch 64"),
+        "settings.small (CartPole-v1, seed 0): recipe flags:",
+    ),
+    (
+        GRID.replace("--collector.steps-per-batch 64", "--collector.steps-per-batch 62"),
+        "--collector.steps-per-batch=62: must be a multiple of",
+    ),
+    (GRID + "[slurm]\ntime = 0\n", "[slurm]: --time must be >= 1"),
+    (GRID + "[slurm]\npartion = 'x'\n", "[slurm]: unknown key 'partion'"),
+]
+
+
+@pytest.mark.parametrize("text, message", BAD_GRIDS)
+def test_bad_grid_is_refused_in_one_line_before_anything_runs(text, message, tmp_path, capsys):
+    path = write_grid(tmp_path, text)
+    flag = "--print-array" if "[slurm]" in text else "--dry-run"
+    code, out, err = study(capsys, "run", str(path), "--dir", str(tmp_path / "s"), flag)
+    assert code == 2, out + err
+    assert message in err
+    assert err.count("\n") == 1 and err.startswith("python -m accelrl.study: error: ")
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_unknown_flag_line_names_the_cell_and_the_flag(tmp_path, capsys):
+    bad = GRID.replace("--collector.steps-per-batch 64", "--collector.steps-per-btch 64")
+    code, _, err = study(capsys, "run", str(write_grid(tmp_path, bad)), "--dry-run")
+    assert code == 2
+    assert "[algorithms.ppo] settings.small" in err and "--collector.steps-per-btch" in err
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--frames", "100"], "--frames 100: give a budget >= 1 and a --dir of its own"),
+        (["--frames", "100", "--dir", "runs/grid"], "is the study's own folder"),
+        (["--threads", "0"], "--threads 0: must be >= 1"),
+        (["--parallel", "0"], "--parallel 0: must be >= 1"),
+        (["--only", "dqn/*"], "--only dqn/*: matches no cell"),
+    ],
+)
+def test_bad_run_flags_are_refused_in_one_line(flags, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = study(capsys, "run", str(write_grid(tmp_path)), "--dry-run", *flags)
+    assert code == 2 and err.count("\n") == 1 and message in err
+
+
+# ---------------------------------------------------------------------------------------------
+# cell states
+
+
+def fake_checkpoint(run_dir: Path, frames: int) -> None:
+    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+    (run_dir / "checkpoints" / f"ckpt_{frames:012d}.pt").write_bytes(b"")
+
+
+def test_finished_cells_are_skipped_and_unfinished_ones_resume(tmp_path, capsys):
+    grid = load_grid(write_grid(tmp_path), tmp_path / "s")
+    small0, small1, big0, big1 = grid.cells()
+    # finished: summary.json at the budget
+    fake_checkpoint(small0.run_dir, 2048)
+    (small0.run_dir / "summary.json").write_text(json.dumps({"frames": 2048}))
+    # stopped after a checkpoint; and one whose summary is from a smaller budget
+    fake_checkpoint(small1.run_dir, 1024)
+    fake_checkpoint(big0.run_dir, 1024)
+    (big0.run_dir / "summary.json").write_text(json.dumps({"frames": 1024}))
+    assert [cell_state(c) for c in grid.cells()] == [FINISHED, RESUME, RESUME, NEW]
+    planned = {p.cell.name: p for p in plan_cells(grid, threads=1, runs_here=True)}
+    assert planned[small0.name].run is None
+    for cell in (small1, big0):
+        p = planned[cell.name]
+        assert p.run.cfg.resume and "--resume" in p.args
+        assert p.run.cfg.run_dir == str(cell.run_dir) and p.run.cfg.total_frames == 2048
+    assert not planned[big1.name].run.cfg.resume and "--resume" not in planned[big1.name].args
+    # a cell that a live run holds is left to it
+    lock = FolderLock(small1.run_dir)
+    lock.acquire()
+    try:
+        assert cell_state(small1) == RUNNING
+        code, out, _ = study(capsys, "run", str(grid.path), "--dir", str(grid.dir), "--dry-run")
+    finally:
+        lock.release()
+    assert code == 0
+    assert "4 cells: 1 finished (skipped), 1 to resume, 1 new, 1 running elsewhere" in out
+    assert f"finished {small0.name}\n" in out and f"running  {small1.name}\n" in out
+
+
+def test_print_array_lists_one_job_array_per_recipe_with_its_cells(tmp_path, capsys):
+    text = GRID + '\n[algorithms.a2c]\nrecipe = "recipes.a2c_atari"\nframes = 1024\n'
+    text += 'standard = "s"\nsettings = { s = "" }\n\n[slurm]\npartition = "cpu"\ntime = 30\n'
+    grid = load_grid(write_grid(tmp_path, text), tmp_path / "s")
+    finished = grid.cells()[0]
+    finished.run_dir.mkdir(parents=True)
+    (finished.run_dir / "summary.json").write_text(json.dumps({"frames": 2048}))
+    code, out, err = study(capsys, "run", str(grid.path), "--dir", str(grid.dir), "--print-array")
+    assert code == 0, err
+    scripts = out.split("#!/bin/bash")
+    assert len(scripts) == 3  # the plan line, then one script per recipe
+    a2c, ppo = ("\n".join(s.splitlines()) for s in scripts[1:])
+    assert "#SBATCH --array=0-1%2" in a2c and "#SBATCH --job-name=accelrl-a2c_atari" in a2c
+    assert "#SBATCH --array=0-2%3" in ppo and "#SBATCH --partition=cpu" in ppo
+    assert "#SBATCH --time=30" in ppo
+    # seed by seed: whole comparisons first
+    assert f"array index 0: ppo/big/CartPole-v1/seed0 (new) -> {grid.dir}/ppo/big/" in ppo
+    assert "array index 2: ppo/small/CartPole-v1/seed1 (new)" in ppo
+    assert finished.name not in out.split("job array")[-1]
+    assert sorted(p.name for p in grid.dir.iterdir()) == ["ppo"]  # printing writes nothing
+
+
+def test_slurm_without_a_cluster_says_what_to_do_instead(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("accelrl.study.runner.shutil.which", lambda name: None)
+    path = write_grid(tmp_path)
+    code, _, err = study(capsys, "run", str(path), "--dir", str(tmp_path / "s"), "--slurm")
+    assert code == 2 and err.count("\n") == 1
+    assert "no SLURM cluster found (sbatch not on PATH)" in err and "--print-array" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+def write_run(run_dir: Path, episodes: list[tuple[int, float]], reached: int) -> None:
+    run_dir.mkdir(parents=True)
+    with open(run_dir / "episodes.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["frames", "return", "length"])
+        w.writerows([f, r, 10] for f, r in episodes)
+    with open(run_dir / "metrics.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["frames", "time_s", "episodes", "return_mean100"])
+        w.writerows([f, f / 100, 0, 0] for f in range(0, reached + 1, 100))
+
+
+def test_window_score_takes_the_episodes_ending_in_the_window():
+    x, r = np.array([10.0, 50, 90, 100, 130]), np.array([1.0, 2, 3, 5, 7])
+    assert window_score(x, r, 100, 20) == 4.0  # 90 and 100; 130 is after the point
+    assert window_score(x, r, 80, 20) == 2.0  # none in (60, 80]: the last one before
+    assert np.isnan(window_score(x, r, 5, 20))
+
+
+def test_report_scores_settings_relative_to_the_standard_with_intervals(tmp_path):
+    budget = 10_000
+    record = {
+        "grid": "g.toml",
+        "algorithms": {
+            "dqn": {
+                "recipe": "recipes.dqn_atari", "frames": budget, "standard": "b32",
+                "flags": [], "settings": {"b32": [], "b512": ["--dqn.batch-size", "512"]},
+                "games": ["G1", "G2"], "seeds": [0, 1, 2],
+            }
+        },
+    }  # fmt: skip
+    (tmp_path / "study.json").write_text(json.dumps(record))
+    standard = {0: 10.0, 1: 12.0, 2: 14.0}
+    for game, scale in (("G1", 1.0), ("G2", 2.0)):
+        for seed in (0, 1, 2):
+            # Episodes before the last 5% of the budget (return 0) must not count at 100%.
+            early = [(f, 0.0) for f in range(500, 9_500, 500)]
+            ours = [(9_600, 5.0 * scale), (9_900, 7.0 * scale)]  # mean 6 x scale
+            theirs = [(9_700, standard[seed] * scale), (10_000, standard[seed] * scale)]
+            reached = 9_000 if (game, seed) == ("G2", 2) else budget  # b512 still running
+            write_run(tmp_path / f"dqn/b512/{game}/seed{seed}", early + ours, reached)
+            write_run(tmp_path / f"dqn/b32/{game}/seed{seed}", early + theirs, budget)
+    rows = report(tmp_path, fractions=(0.5, 1.0), reps=500, say=lambda _: None)
+    full = {(r.setting, r.game): r for r in rows if r.fraction == 1.0}
+    g1 = full["b512", "G1"]
+    assert g1.seeds == 3 and g1.score == (6.0, 6.0, 6.0)
+    point, low, high = g1.relative
+    assert point == pytest.approx(0.5)  # 6 / mean(10, 12, 14)
+    assert 6 / 14 <= low < 0.5 < high <= 6 / 10
+    assert full["b512", "G2"].seeds == 2  # seed 2 has not reached the budget
+    assert full["b512", "G2"].relative[0] == pytest.approx(12 / 22)
+    both = full["b512", "all"]  # the seeds that reached it in every game
+    assert both.seeds == 2 and both.relative[0] == pytest.approx((6 / 11 + 12 / 22) / 2)
+    assert full["b32", "G1"].relative == (1.0, 1.0, 1.0)
+    half = {(r.setting, r.game): r for r in rows if r.fraction == 0.5}
+    assert half["b512", "G1"].score[0] == 0.0 and np.isnan(half["b512", "G1"].relative[0])
+    out = tmp_path / "report"
+    text = (out / "report.md").read_text()
+    assert "| b512 | 10,000 (100%) | G1 | 3/3 | 6 [6, 6] | 0.5 [" in text
+    assert "| b512 | 10,000 (100%) | G2 | 2/3 |" in text
+    with open(out / "scores.csv") as fh:
+        table = list(csv.DictReader(fh))
+    assert len(table) == len(rows) == 2 * 2 * 3  # settings x fractions x (games + all)
+    assert sorted(p.name for p in out.glob("*.png")) == ["dqn-G1.png", "dqn-G2.png"]
+
+
+def test_report_of_a_folder_without_a_study_is_one_line(tmp_path, capsys):
+    code, _, err = study(capsys, "report", str(tmp_path))
+    assert code == 2 and err.count("\n") == 1 and "not a study folder" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# for real
+
+
+def test_tiny_grid_runs_locally_then_skips_then_reports(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write_grid(tmp_path, GRID.replace("seeds = [0, 1]", "seeds = [0]"))
+    code, out, err = study(capsys, "run", str(path), "--parallel", "2")
+    assert code == 0, out + err
+    assert "2 cell(s) run, 0 failed" in out
+    study_dir = tmp_path / "runs" / "grid"
+    for setting in ("small", "big"):
+        summary = json.loads(
+            (study_dir / f"ppo/{setting}/CartPole-v1/seed0/summary.json").read_text()
+        )
+        assert summary["frames"] == 2048
+    code, out, _ = study(capsys, "run", str(path))
+    assert code == 0 and "2 finished (skipped)" in out and "nothing to run" in out
+    code, out, err = study(capsys, "report", str(study_dir), "--reps", "100")
+    assert code == 0, err
+    assert "| big | 2,048 (100%) | CartPole-v1 | 1/1 |" in out
+    assert (study_dir / "report" / "ppo-CartPole-v1.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["ctrl-c", "kill"])
+def test_a_stop_leaves_every_cell_a_checkpoint_and_the_rerun_resumes(how, tmp_path):
+    # ctrl-c: a terminal's Ctrl-C reaches the whole process group (the study, submitit's
+    # controllers, the runs), and the controllers must not kill the runs before they checkpoint.
+    # kill: SIGTERM to the study alone (one started in the background), which passes it on.
+    # No periodic checkpoint within the test: the one found must come from the stop. Batches
+    # of a few tenths of a second: a controller that passed on its own SIGINT would reach the
+    # run mid-batch, before its checkpoint.
+    text = (
+        GRID.replace("frames = 2048", "frames = 50_000_000")
+        .replace("--log.checkpoint-every-frames 1024", "--log.checkpoint-every-frames 50_000_000")
+        .replace("steps-per-batch 64", "steps-per-batch 8192 --env.num-envs 16")
+        .replace("steps-per-batch 256", "steps-per-batch 16384")
+    )
+    path = write_grid(tmp_path, text)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "accelrl.study", "run", str(path), "--dir", str(tmp_path / "s")]
+    cmd += ["--parallel", "2"]
+    proc = subprocess.Popen(
+        [*cmd, "--only", "*/seed0"],
+        env=env,
+        preexec_fn=os.setpgrp,  # its own process group, as a terminal gives a command
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    metrics = [tmp_path / "s" / f"ppo/{s}/CartPole-v1/seed0/metrics.csv" for s in ("small", "big")]
+    sig = signal.SIGINT if how == "ctrl-c" else signal.SIGTERM
+    try:
+        deadline = time.monotonic() + 120
+        while not all(m.is_file() and m.stat().st_size > 200 for m in metrics):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.5)
+        if how == "ctrl-c":
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # the study did not stop: end it and its cells
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + sig, out
+    assert "stopping 2 running cell(s)" in out and "Resume: python -m accelrl.study run" in out
+    for m in metrics:
+        assert list((m.parent / "checkpoints").glob("ckpt_*.pt")), out
+        assert not (m.parent / "summary.json").exists()
+    plan = subprocess.run(cmd + ["--dry-run"], env=env, capture_output=True, text=True)
+    assert "4 cells: 0 finished (skipped), 2 to resume, 2 new" in plan.stdout, plan.stderr
+
+
+@pytest.mark.slurm
+@pytest.mark.slow  # 10-30 s: its jobs queue behind any others on the test cluster
+def test_slurm_runs_the_grid_as_a_job_array_and_a_rerun_finds_nothing_to_do(tmp_path, capsys):
+    text = GRID.replace("seeds = [0, 1]", "seeds = [0]") + "[slurm]\ntime = 5\ncpus_per_task = 1\n"
+    path, study_dir = write_grid(tmp_path, text), tmp_path / "s"
+    code, out, err = study(capsys, "run", str(path), "--dir", str(study_dir), "--slurm")
+    assert code == 0, out + err
+    jobs = [line.split()[2].rstrip(":") for line in out.splitlines() if line.startswith("# job ")]
+    assert [j.split("_")[1] for j in jobs] == ["0", "1"] and len(
+        {j.split("_")[0] for j in jobs}
+    ) == 1
+    summaries = [study_dir / f"ppo/{s}/CartPole-v1/seed0/summary.json" for s in ("small", "big")]
+    deadline = time.monotonic() + 300
+    while not all(p.is_file() for p in summaries):
+        assert time.monotonic() < deadline, f"no summaries; logs in {study_dir / 'slurm_logs'}"
+        time.sleep(2)
+    assert all(json.loads(p.read_text())["frames"] == 2048 for p in summaries)
+    code, out, _ = study(capsys, "run", str(path), "--dir", str(study_dir), "--slurm")
+    assert code == 0 and "2 finished (skipped)" in out and "nothing to run" in out
