@@ -1,6 +1,5 @@
 """Collector factory: layouts, thread budget, and weight sync to worker processes."""
 
-
 import pytest
 import torch
 

@@ -356,6 +356,8 @@ def test_a_stop_leaves_every_cell_a_checkpoint_and_the_rerun_resumes(how, tmp_pa
             proc.wait()
     assert proc.returncode == 128 + sig, out
     assert "stopping 2 running cell(s)" in out and "Resume: python -m accelrl.study run" in out
+    # Each stopped cell is reported as stopped with its checkpoint, not as failed.
+    assert out.count("stopped ppo/") == 2 and "FAILED" not in out, out
     for m in metrics:
         assert list((m.parent / "checkpoints").glob("ckpt_*.pt")), out
         assert not (m.parent / "summary.json").exists()

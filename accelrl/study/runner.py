@@ -19,6 +19,7 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from fnmatch import fnmatch
+from pathlib import Path
 from typing import Any
 
 import submitit
@@ -209,8 +210,15 @@ def _report_end(p: PlannedCell, job: submitit.Job, out: Callable[[str], None]) -
     except Exception as err:  # submitit re-raises the job's own exception
         lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
         reason = lines[-1] if lines else repr(err)
-        if "stopped by" in reason:
-            out(f"stopped {p.cell.name}: {reason}")
+        # A run stopped by a signal ends with "stopped by SIGTERM at N frames; checkpoint ...":
+        # in the error text, or only in the job's stderr (submitit's message may end elsewhere).
+        try:
+            text = str(err) + "\n" + Path(job.paths.stderr).read_text()[-4000:]
+        except OSError:
+            text = str(err)
+        stopped = [ln.strip() for ln in text.splitlines() if "stopped by" in ln]
+        if stopped:
+            out(f"stopped {p.cell.name}: {stopped[-1].split('RunInterrupted: ')[-1]}")
             return True
         out(f"FAILED {p.cell.name}: {reason} (log: {job.paths.stderr})")
         return False
