@@ -160,7 +160,8 @@ def run_local(
     forwarded = False
     grid.write_record()
     try:
-        while queue or running:
+        # After a stop only the running cells are waited for; the queue stays unstarted.
+        while running or (queue and stop.signum is None):
             while queue and len(running) < parallel and stop.signum is None:
                 p = queue.pop(0)
                 assert p.run is not None
