@@ -28,12 +28,13 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from accelrl.errors import RunFailure
 from accelrl.progress import AwakeClock
 
 EPISODE_KEYS = [("next", "done"), ("next", "episode_return"), ("next", "episode_length")]
 
 
-class FeederError(RuntimeError):
+class FeederError(RunFailure):
     """The collector thread failed; raised in the learner with the original as its cause."""
 
 

@@ -27,12 +27,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from accelrl.errors import RunFailure
+
 _NAME = re.compile(r"^ckpt_(\d+)\.pt$")
 _TMP_PREFIX = ".ckpt_"
 _TMP_SUFFIX = ".tmp"
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RunFailure):
     """A checkpoint could not be written; the message names the file and the cause."""
 
 

@@ -13,11 +13,8 @@ from typing import Any, TypeVar
 
 import tyro
 
-from accelrl.algos.common import NonFiniteError
-from accelrl.checkpoint import CheckpointError
-from accelrl.collect import CollectorFailure
 from accelrl.config import RENAMED_FIELDS
-from accelrl.distributed import PeerLost
+from accelrl.errors import RunFailure
 from accelrl.run_folder import RunInterrupted
 from accelrl.run_record import dumps
 from accelrl.validate import ConfigError, validate_common
@@ -56,9 +53,9 @@ def run_recipe(
     except KeyboardInterrupt:
         print("accelrl: interrupted", file=sys.stderr)
         raise SystemExit(130) from None
-    except (NonFiniteError, CheckpointError, CollectorFailure, PeerLost) as err:
+    except RunFailure as err:
         # ``RunFolder`` adds where the run stood and its latest checkpoint.
-        print(f"accelrl: error: {err}{getattr(err, 'accelrl_where', '')}", file=sys.stderr)
+        print(f"accelrl: error: {err}{err.where}", file=sys.stderr)
         raise SystemExit(3) from None
     except RunInterrupted as stop:
         # SIGTERM / SIGUSR2: the checkpoint is written; exit as the signal would (128 + n).

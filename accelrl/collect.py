@@ -35,6 +35,7 @@ from accelrl.config import (
     rows_per_batch,
 )
 from accelrl.envs import leave_ctrl_c_to_the_learner, make_env
+from accelrl.errors import RunFailure
 from accelrl.progress import AwakeClock
 from accelrl.samplers import AlternatingCollector, BatchedInferenceCollector
 
@@ -448,7 +449,7 @@ def _alive(proc: Any) -> bool | None:
         return None
 
 
-class CollectorFailure(RuntimeError):
+class CollectorFailure(RunFailure):
     """A collector worker died or stopped producing batches; the run stops."""
 
 

@@ -28,6 +28,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from accelrl.errors import RunFailure
+
 log = logging.getLogger("accelrl")
 
 
@@ -43,7 +45,7 @@ class DistInfo:
         return self.rank == 0
 
 
-class PeerLost(RuntimeError):
+class PeerLost(RunFailure):
     """A collective failed on this rank: another rank died, hung past the timeout, or the
     network between them broke. The run stops with one line (exit code 3)."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -9,7 +10,9 @@ import torch
 from tensordict.nn import InteractionType, set_interaction_type
 
 from accelrl.config import EnvConfig
-from accelrl.envs import make_env
+from accelrl.envs import is_atari, make_env
+
+log = logging.getLogger("accelrl")
 
 
 class Episodes(NamedTuple):
@@ -76,3 +79,15 @@ def evaluate(
         "eval/sampled_return": sum(sampled.returns) / episodes,
     }
     return metrics, greedy
+
+
+def warn_if_capped(env_cfg: EnvConfig, greedy: Episodes, frames: int) -> None:
+    """Say so when greedy Atari episodes ran on to the frame cap: the policy stopped acting."""
+    if greedy.truncated and is_atari(env_cfg.game):
+        log.warning(
+            "evaluation at %d frames: %d of %d greedy episodes played on to the %d-frame "
+            "cap (--env.max-episode-frames): the greedy policy stopped acting (in Breakout: "
+            "no FIRE after a lost life), which an early policy often does; "
+            "--log.eval-episodes 0 skips evaluation",
+            frames, greedy.truncated, len(greedy.returns), env_cfg.max_episode_frames,
+        )  # fmt: skip

@@ -21,46 +21,14 @@ import torch
 import tyro
 from torch import nn
 
+from accelrl.agent import Agent
 from accelrl.play import PlayConfig, PlayError, load_agent, run_tool
 
 
-class GreedyActorCritic(nn.Module):
-    """Trunk, policy head, argmax of the logits."""
-
-    def __init__(self, trunk: nn.Module, head: nn.Module) -> None:
-        super().__init__()
-        self.trunk, self.head = trunk, head
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.head(self.trunk(obs)).argmax(-1)
-
-
-class GreedyQ(nn.Module):
-    """Q-network, argmax of the Q-values (of their expectation over C51's support)."""
-
-    def __init__(self, q_network: nn.Module, support: torch.Tensor | None) -> None:
-        super().__init__()
-        self.q_network = q_network
-        self.register_buffer("support", support)
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        q = self.q_network(obs)
-        if self.support is not None:  # [B, atoms, actions] logits
-            q = (q.softmax(-2) * self.support.unsqueeze(-1)).sum(-2)
-        return q.argmax(-1)
-
-
-def greedy_module(agent: Any) -> nn.Module:
+def greedy_module(agent: Agent) -> nn.Module:
     """A plain ``nn.Module`` (tensor in, actions out) with the agent's weights (shared, not
-    copied)."""
-    if hasattr(agent, "q_network"):
-        return GreedyQ(agent.q_network, agent.support).eval()
-    # Actor-critic: the trunk's and the policy head's plain modules, without TensorDicts (the
-    # first module of each TensorDictSequential, by its public indexing).
-    model = agent.policy
-    trunk = model.get_policy_operator()[0].module
-    head = model.get_policy_head()[0].module
-    return GreedyActorCritic(trunk, head).eval()
+    copied): the agent contract's ``export_module``."""
+    return agent.export_module()
 
 
 def example_input(run_cfg: Any, batch: int = 2) -> torch.Tensor:

@@ -319,3 +319,29 @@ class QNetwork(nn.Module):
         if self.atoms == 1:
             return q.view(*batch, self.num_actions)
         return q.view(*batch, self.atoms, self.num_actions)
+
+
+class GreedyActorCritic(nn.Module):
+    """Trunk, policy head, argmax of the logits."""
+
+    def __init__(self, trunk: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.trunk, self.head = trunk, head
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.trunk(obs)).argmax(-1)
+
+
+class GreedyQ(nn.Module):
+    """Q-network, argmax of the Q-values (of their expectation over C51's support)."""
+
+    def __init__(self, q_network: nn.Module, support: torch.Tensor | None) -> None:
+        super().__init__()
+        self.q_network = q_network
+        self.register_buffer("support", support)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        q = self.q_network(obs)
+        if self.support is not None:  # [B, atoms, actions] logits
+            q = (q.softmax(-2) * self.support.unsqueeze(-1)).sum(-2)
+        return q.argmax(-1)

@@ -22,7 +22,6 @@ samples an actor-critic's policy instead.
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 import random
@@ -36,17 +35,11 @@ import tyro
 from tensordict.nn import InteractionType, set_interaction_type
 from torchrl.envs.utils import step_mdp
 
+from accelrl.agent import Agent, UnknownAlgorithm, recipe_module
 from accelrl.checkpoint import CheckpointError, load_checkpoint, load_latest
 from accelrl.config import from_dict, resolve_device
 from accelrl.run_record import CONFIG_NAME, DamagedRecord, current_config, read_config
 from accelrl.validate import check_device
-
-RECIPES = {
-    "ppo": "recipes.ppo_atari",
-    "a2c": "recipes.a2c_atari",
-    "appo": "recipes.appo_atari",
-    "dqn": "recipes.dqn_atari",
-}
 
 
 @dataclass
@@ -86,10 +79,10 @@ class LoadedAgent:
 
     run_cfg: Any
     """The run's recipe ``Config``, from config.json."""
-    agent: Any
+    agent: Agent
     """The recipe's learner (``make_agent``) with the checkpoint's state loaded."""
     policy: torch.nn.Module
-    """What acts: the actor (actor-critics) or the greedy Q-value actor (DQN family)."""
+    """What acts: the agent's ``eval_policy``."""
     checkpoint: Path
     device: torch.device
 
@@ -107,9 +100,10 @@ def load_agent(cfg: PlayConfig) -> LoadedAgent:
     except DamagedRecord as err:
         raise PlayError(f"{err}: repair it by hand") from None
     algo = saved.get("algo")
-    if algo not in RECIPES:
-        raise PlayError(f"{config_path} names algo {algo!r}; play knows {sorted(RECIPES)}")
-    recipe = importlib.import_module(RECIPES[algo])
+    try:
+        recipe = recipe_module(algo)
+    except UnknownAlgorithm as err:
+        raise PlayError(f"{config_path} names {err}") from None
     run_cfg = from_dict(recipe.Config, config)
     device_name = resolve_device(cfg.device)
     try:
@@ -140,8 +134,7 @@ def load_agent(cfg: PlayConfig) -> LoadedAgent:
         raise PlayError(str(err)) from None
     agent = recipe.make_agent(run_cfg, env_spec, device)
     agent.load_state_dict(state["components"][algo])
-    # Actor-critics act with their actor; the DQN family with its greedy Q-value actor.
-    policy = agent.actor if hasattr(agent, "actor") else agent.greedy
+    policy = agent.eval_policy  # greedy, or sampled under --sample (accelrl.agent)
     policy.eval()
     return LoadedAgent(run_cfg, agent, policy, path, device)
 

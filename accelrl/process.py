@@ -38,12 +38,16 @@ class StopSignals:
     A second Ctrl-C stops at once (``KeyboardInterrupt``, no checkpoint). Collector worker
     processes ignore SIGINT (``accelrl.collect``), so a terminal's Ctrl-C, which reaches the
     whole process group, leaves them to finish the batch. Installed only from the main thread;
-    ``restore()`` puts the earlier handlers back."""
+    ``install()`` puts ours in place and ``restore()`` the earlier handlers back: the run
+    folder's ``with`` block does both (``accelrl.run_folder``)."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
-        if threading.current_thread() is threading.main_thread():
+
+    def install(self) -> None:
+        """Our handlers, in place of the current ones (main thread only; a no-op elsewhere)."""
+        if threading.current_thread() is threading.main_thread() and not self._previous:
             for sig in (signal.SIGTERM, signal.SIGUSR2):
                 self._previous[sig] = signal.signal(sig, self._on_signal)
             self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._on_interrupt)

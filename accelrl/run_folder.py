@@ -1,18 +1,19 @@
 """The run folder: config.json, metrics (CSV, TensorBoard, trackers), evaluations, videos,
 checkpoints, resume and summary.json.
 
-    with RunFolder(cfg, "ppo", proc) as run:       # checks --resume / --run-dir, writes config
-        progress = run.restore(ppo.policy, ppo=ppo)  # from the latest checkpoint with --resume
+    with RunFolder(cfg, "ppo", proc) as run:  # checks --resume / --run-dir, writes config
+        progress = run.restore(ppo)           # an Agent (accelrl.agent); --resume loads it
         ...
         run.episodes(batch, progress.frames); run.log(progress, metrics)
-        run.evaluate(policy, progress.frames); run.checkpoint(progress)
+        run.on_schedule(progress)             # stop signal, evaluation, video, checkpoint
         return run.finish(progress)
 
 Rank 0 writes, holding the folder's lock (``accelrl.run_lock``) from start to end; the other
 ranks of a data-parallel job keep only counters. ``--resume`` checks the flags against the
-folder's record and records what it may change (``accelrl.run_record``). Leaving the ``with``
-block on an error (non-finite loss, failed checkpoint, dead worker, lost peer) adds where the
-run stood, and its latest checkpoint, to the error's one-line message.
+folder's record and records what it may change (``accelrl.run_record``). The ``with`` block
+owns the stop-signal handlers (``accelrl.process.StopSignals``): installed on entry, restored
+on exit. Leaving it on a ``RunFailure`` (non-finite loss, failed checkpoint, dead worker, lost
+peer) adds where the run stood, and its latest checkpoint, to the error's one-line message.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import torch
 from tensordict import TensorDictBase
 
 from accelrl import distributed
+from accelrl.agent import Agent, unique_parameters
+from accelrl.algos.common import NonFiniteError
 from accelrl.checkpoint import (
     UnsafeCheckpoint,
     capture_rng,
@@ -36,11 +39,13 @@ from accelrl.checkpoint import (
     save_checkpoint,
 )
 from accelrl.config import to_dict
-from accelrl.envs import frames_per_step, is_atari
-from accelrl.evaluate import evaluate
+from accelrl.envs import frames_per_step
+from accelrl.errors import RunFailure
+from accelrl.evaluate import evaluate, warn_if_capped
 from accelrl.logging import RunLogger
+from accelrl.play import record_video
 from accelrl.process import Process
-from accelrl.progress import Progress
+from accelrl.progress import Every, Progress
 from accelrl.run_lock import FolderLock
 from accelrl.run_record import CHANGES_NAME, Change, append_changes, dumps
 from accelrl.run_start import open_folder
@@ -117,22 +122,24 @@ class RunFolder:
                 refusal = (err.name, err.value, err.allowed)
         refusal = distributed.gather_objects(refusal)[0]
         if refusal is not None:
-            proc.signals.restore()  # the ``with`` block is not entered
             raise ConfigError(*refusal)
-        self.policy: torch.nn.Module | None = None
+        self.agent: Agent | None = None
         self.components: dict[str, Stateful] = {}
+        self.due: dict[str, Every] = {}
         self.logger: RunLogger | NullLogger = NullLogger()
         self.progress: Progress | None = None
         log.info("run dir %s", self.dir)
 
     # ----- start ----------------------------------------------------------------------------
 
-    def restore(self, policy: torch.nn.Module, **components: Stateful) -> Progress:
-        """Register what checkpoints hold (``components``) and the policy that evaluations and
-        videos run; with ``--resume`` load it all back from the latest good checkpoint. Every
-        rank then holds rank 0's weights. Returns the run's ``Progress`` (frames, updates)."""
+    def restore(self, agent: Agent, **extra: Stateful) -> Progress:
+        """Register what checkpoints hold (the agent, under the algorithm's name, and ``extra``
+        state such as a replay on disk); evaluations and videos run ``agent.eval_policy``. With
+        ``--resume`` load it all back from the latest good checkpoint; every rank then holds
+        rank 0's weights. Returns the run's ``Progress`` (frames, updates)."""
         cfg = self.cfg
-        self.policy, self.components = policy, components
+        self.agent, self.components = agent, {self.algo: agent, **extra}
+        components = self.components
         frames = updates = 0
         state: dict[str, Any] = {}
         if cfg.resume:
@@ -180,6 +187,12 @@ class RunFolder:
             frames=frames,
             updates=updates,
         )
+        log_cfg = cfg.log
+        self.due = {
+            "evaluation": Every(log_cfg.eval_every_frames, frames),
+            "video": Every(log_cfg.video_every_frames, frames),
+            "checkpoint": Every(log_cfg.checkpoint_every_frames, frames),
+        }
         return self.progress
 
     def _load_latest(self) -> tuple[dict[str, Any], Path]:
@@ -199,19 +212,11 @@ class RunFolder:
         return state, path
 
     def modules(self) -> list[torch.nn.Module]:
-        """The networks the registered components hold (broadcasts, checksums, NaN checks)."""
-        found: dict[int, torch.nn.Module] = {}
-        for comp in self.components.values():
-            for value in vars(comp).values():
-                if isinstance(value, torch.nn.Module):
-                    found.setdefault(id(value), value)
-        if self.policy is not None:
-            found.setdefault(id(self.policy), self.policy)
-        return list(found.values())
+        """The agent's networks (broadcasts, checksums, NaN checks)."""
+        return [] if self.agent is None else self.agent.networks()
 
     def weights_checksum(self) -> float:
-        params = {id(p): p for m in self.modules() for p in m.parameters()}
-        return distributed.parameters_checksum(list(params.values()))
+        return distributed.parameters_checksum(unique_parameters(self.modules()))
 
     # ----- per batch ------------------------------------------------------------------------
 
@@ -235,46 +240,50 @@ class RunFolder:
         self.logger.log(progress.frames, metrics, step=progress.updates)
         every = self.cfg.dist.check_sync_every
         if self.proc.world_size > 1 and every and progress.updates % every == 0:
-            params = {id(p): p for m in self.modules() for p in m.parameters()}
-            distributed.check_in_sync(list(params.values()))
+            distributed.check_in_sync(unique_parameters(self.modules()))
+
+    def on_schedule(self, progress: Progress) -> None:
+        """After each batch's update: stop on a stop signal (``stop``: checkpoint, then requeue
+        or exit); evaluate, record a video, checkpoint, each when its ``--log.*-every-frames``
+        comes due; then restart the batch clock."""
+        if self.proc.signals.requested():  # SLURM preemption / time limit, Ctrl-C
+            self.stop(progress)
+        if self.due["evaluation"](progress.frames):
+            self.evaluate(progress.frames)
+        if self.due["video"](progress.frames):
+            self.record_video(progress.frames)
+        if self.due["checkpoint"](progress.frames):
+            self.checkpoint(progress)
+        progress.restart_clock()
 
     def evaluate(self, frames: int) -> dict[str, float]:
         """Greedy and sampled evaluation episodes of the registered policy (rank 0), logged
         under ``eval/``."""
-        if self.cfg.log.eval_episodes == 0 or self.policy is None or not self.proc.is_main:
+        if self.cfg.log.eval_episodes == 0 or self.agent is None or not self.proc.is_main:
             return {}
         env, episodes = self.cfg.env, self.cfg.log.eval_episodes
         per_step = frames_per_step(env)
         with self.logger.side_bar("evaluation episodes", 2 * episodes) as tick:
             result, greedy = evaluate(
                 env,
-                self.policy,
+                self.agent.eval_policy,
                 episodes=episodes,
                 seed=self.cfg.seed + 10_000_019 + frames,
                 device=self.proc.device,
                 on_step=None if tick is None else lambda ended: tick(per_step, ended),
             )
-        if greedy.truncated and is_atari(env.game):
-            log.warning(
-                "evaluation at %d frames: %d of %d greedy episodes played on to the %d-frame "
-                "cap (--env.max-episode-frames): the greedy policy stopped acting (in Breakout: "
-                "no FIRE after a lost life), which an early policy often does; "
-                "--log.eval-episodes 0 skips evaluation",
-                frames, greedy.truncated, episodes, env.max_episode_frames,
-            )  # fmt: skip
+        warn_if_capped(env, greedy, frames)
         self.logger.eval(frames, result)
         return result
 
     def record_video(self, frames: int) -> Path | None:
         """One greedy episode (rank 0) to RUN_DIR/videos/frames_<frames>.mp4 and TensorBoard."""
-        if self.policy is None or not self.proc.is_main:
+        if self.agent is None or not self.proc.is_main:
             return None
-        from accelrl.play import record_video
-
         path = self.dir / "videos" / f"frames_{frames:012d}.mp4"
         episode = record_video(
             self.cfg.env,
-            self.policy,
+            self.agent.eval_policy,
             path,
             seed=self.cfg.seed + 20_000_033 + frames,
             device=self.proc.device,
@@ -286,8 +295,6 @@ class RunFolder:
 
     def checkpoint(self, progress: Progress) -> Path | None:
         """Write the run's state atomically (rank 0; the other ranks hold the same weights)."""
-        from accelrl.algos.common import NonFiniteError
-
         if not self.proc.is_main:
             return None
         for module in self.modules():
@@ -327,7 +334,7 @@ class RunFolder:
     def finish(self, progress: Progress) -> dict[str, Any]:
         """Final evaluation and checkpoint; writes and returns the run's summary."""
         fps = progress.fps
-        self.proc.signals.restore()
+        self.proc.signals.restore()  # a stop signal from here on ends the run at once
         evals = self.evaluate(progress.frames) if self.cfg.log.eval_episodes else {}
         saved = list_checkpoints(self.dir)
         if not saved or saved[-1].stem != f"ckpt_{progress.frames:012d}":
@@ -361,14 +368,14 @@ class RunFolder:
         return f" at {p.frames} frames, update {p.updates + 1}; latest checkpoint: {latest}"
 
     def __enter__(self) -> RunFolder:
+        self.proc.signals.install()
         return self
 
     def __exit__(self, kind: type | None, err: BaseException | None, tb: Any) -> bool:
+        self.proc.signals.restore()
         if err is not None:
-            if not isinstance(err, (RunInterrupted, ConfigError)):
-                # The command line prints ``err`` and this in one line (``accelrl.cli``).
-                err.accelrl_where = self.where()  # type: ignore[attr-defined]
-            self.proc.signals.restore()
+            if isinstance(err, RunFailure):
+                err.where = self.where()  # the command line prints both in one line
             self.logger.close()
         self.lock.release()
         return False

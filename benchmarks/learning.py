@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib
 import math
 import sys
 import time
@@ -65,9 +64,10 @@ def atari_config(
 ) -> Any:
     """The recipe's ``Config`` that ``--impl accelrl`` runs with: ``atari_recipe_args`` parsed by
     the recipe's own flag parser (DQN presets applied). The plain loop reads its settings here."""
+    from accelrl.agent import recipe_module
     from accelrl.cli import parse_flags
 
-    recipe = importlib.import_module(f"recipes.{algo}_atari")
+    recipe = recipe_module(algo)
     cfg = parse_flags(recipe.Config, atari_recipe_args(algo, game, frames, seed, run_dir, extra))
     return recipe.resolve(cfg) if algo == "dqn" else cfg
 
@@ -166,8 +166,10 @@ def run_plain_atari(
 
 def run_accelrl_atari(algo: str, game: str, frames: int, seed: int, run_dir: Path,
                       resume: bool, extra: Sequence[str] = ()) -> None:  # fmt: skip
-    recipe = importlib.import_module(f"recipes.{algo}_atari")
+    from accelrl.agent import recipe_module
     from accelrl.cli import run_recipe
+
+    recipe = recipe_module(algo)
 
     argv = atari_recipe_args(algo, game, frames, seed, str(run_dir), extra)
     if resume:

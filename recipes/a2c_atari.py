@@ -21,10 +21,12 @@ from accelrl.config import CollectorConfig, EnvConfig, RunConfig
 from accelrl.envs import describe_env
 from accelrl.models import make_actor_critic
 from accelrl.process import lr_scale, setup_process
-from accelrl.progress import Every
 from accelrl.run_folder import RunFolder
 from accelrl.samplers import PolicyLag
 from accelrl.validate import require_whole_trajectories, validate_common
+
+ALGO = "a2c"
+"""The run folder's and checkpoints' name of this algorithm (``accelrl.agent.RECIPES``)."""
 
 
 @dataclass
@@ -65,9 +67,9 @@ def train(cfg: Config) -> dict:
     validate(cfg)
     proc = setup_process(cfg)  # process group, device, thread plan, seeds, stop signals
     scale = lr_scale(proc.world_size, cfg.dist.lr_scaling)  # N data-parallel ranks
-    with RunFolder(cfg, "a2c", proc, resolved={"lr_scale": scale}) as run:
+    with RunFolder(cfg, ALGO, proc, resolved={"lr_scale": scale}) as run:
         a2c = make_agent(cfg, describe_env(cfg.env), proc.device, lr_scale=scale)
-        progress = run.restore(a2c.actor, a2c=a2c)  # --resume: weights, optimizer, counters
+        progress = run.restore(a2c)  # --resume: weights, optimizer, counters
         if progress.done:
             return run.finish(progress)
 
@@ -77,9 +79,6 @@ def train(cfg: Config) -> dict:
         # forward pass acts for all simulators and records the state values the returns need.
         lag = PolicyLag(cfg.collector, progress.updates, proc.device)  # async kinds only
         collector = run_collector(cfg, proc, lag.acting(a2c.collect_policy), progress.updates)
-        evaluation_due = Every(cfg.log.eval_every_frames, progress.frames)
-        video_due = Every(cfg.log.video_every_frames, progress.frames)
-        checkpoint_due = Every(cfg.log.checkpoint_every_frames, progress.frames)
         try:
             for batch in collector:  # [envs, T] (or [workers, envs, T]) agent steps
                 if not lag.accept(batch, progress):
@@ -93,15 +92,9 @@ def train(cfg: Config) -> dict:
                 collector.update_policy_weights_()  # the workers act with the new weights
                 metrics |= {**lag.metrics, **progress.updated()}
                 run.log(progress, metrics)
-                if proc.signals.requested():  # SLURM preemption / time limit
-                    run.stop(progress)  # checkpoint, then requeue or exit
-                if evaluation_due(progress.frames):
-                    run.evaluate(progress.frames)
-                if video_due(progress.frames):
-                    run.record_video(progress.frames)
-                if checkpoint_due(progress.frames):
-                    run.checkpoint(progress)
-                progress.restart_clock()
+                # Stop signal (checkpoint, then requeue or exit); evaluation, video, checkpoint
+                # when due (--log.*-every-frames).
+                run.on_schedule(progress)
                 if progress.done:
                     break
         finally:

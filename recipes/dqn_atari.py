@@ -23,10 +23,12 @@ from accelrl.collect import WatchedCollector, run_collector
 from accelrl.config import CollectorConfig, EnvConfig, RunConfig, rows_per_batch
 from accelrl.envs import describe_env, frames_per_step
 from accelrl.process import lr_scale, setup_process
-from accelrl.progress import Every
 from accelrl.replay import FrameReplay
 from accelrl.run_folder import RunFolder
 from accelrl.validate import ConfigError, require_whole_trajectories, validate_common
+
+ALGO = "dqn"
+"""The run folder's and checkpoints' name of this algorithm (``accelrl.agent.RECIPES``)."""
 
 
 @dataclass
@@ -94,7 +96,7 @@ def train(cfg: Config) -> dict:
     # thread collects while the learner updates.
     proc = setup_process(cfg, overlapped=cfg.dqn.asynchronous)
     scale = lr_scale(proc.world_size, cfg.dist.lr_scaling)  # N data-parallel ranks
-    with RunFolder(cfg, "dqn", proc, resolved={"lr_scale": scale}) as run:
+    with RunFolder(cfg, ALGO, proc, resolved={"lr_scale": scale}) as run:
         spec = describe_env(cfg.env)
         dqn = make_agent(cfg, spec, proc.device, lr_scale=scale, world_size=proc.world_size)
         # Replay: each frame stored once per step; stacks and n-step targets rebuilt when
@@ -120,7 +122,7 @@ def train(cfg: Config) -> dict:
         # is not saved (7 GB per 1M Atari transitions): a resumed run refills it first.
         keep = cfg.dqn.replay_dir and not cfg.dqn.asynchronous and proc.world_size == 1
         saved_replay = {"replay": replay} if keep else {}
-        progress = run.restore(dqn.eval_policy, dqn=dqn, **saved_replay)  # --resume
+        progress = run.restore(dqn, **saved_replay)  # --resume
         dqn.acted(progress.frames)  # epsilon's schedule, also after a resume
         if progress.done:
             return run.finish(progress)
@@ -140,7 +142,7 @@ def train(cfg: Config) -> dict:
             # updates); the learner waits only when it would replay more than the intensity.
             source = ReplayFeeder(
                 collector_for,
-                dqn.policy,
+                dqn.collect_policy,
                 replay,
                 intensity=cfg.dqn.training_intensity,
                 steps_per_batch=cfg.collector.steps_per_batch,
@@ -148,14 +150,11 @@ def train(cfg: Config) -> dict:
                 on_stream_break=replay.restart_streams,
             )
         else:
-            source = SyncReplay(collector_for(dqn.policy), replay, learning_starts)
+            source = SyncReplay(collector_for(dqn.collect_policy), replay, learning_starts)
         # Updates per collected batch keep replayed / collected samples at the intensity; the
         # fractional part carries over as credit.
         per_batch = cfg.dqn.training_intensity * cfg.collector.steps_per_batch / cfg.dqn.batch_size
         credit = 0.0
-        evaluation_due = Every(cfg.log.eval_every_frames, progress.frames)
-        video_due = Every(cfg.log.video_every_frames, progress.frames)
-        checkpoint_due = Every(cfg.log.checkpoint_every_frames, progress.frames)
         try:
             source.start()
             while not progress.done:
@@ -182,15 +181,9 @@ def train(cfg: Config) -> dict:
                     **progress.updated(),
                 }
                 run.log(progress, metrics)
-                if proc.signals.requested():  # SLURM preemption / time limit
-                    run.stop(progress)  # checkpoint, then requeue or exit
-                if evaluation_due(progress.frames):
-                    run.evaluate(progress.frames)
-                if video_due(progress.frames):
-                    run.record_video(progress.frames)
-                if checkpoint_due(progress.frames):
-                    run.checkpoint(progress)
-                progress.restart_clock()
+                # Stop signal (checkpoint, then requeue or exit); evaluation, video, checkpoint
+                # when due (--log.*-every-frames).
+                run.on_schedule(progress)
         finally:
             source.close()
         return run.finish(progress)

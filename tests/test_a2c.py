@@ -96,7 +96,7 @@ def test_an_atari_update_matches_the_plain_loop_on_the_same_batch():
     with float64():
         a2c = make_agent(cfg, spec, torch.device("cpu"))
     batch = plain_parity.breakout_batch(a2c.collect_policy, envs=4, steps=6)
-    plain, ours = plain_parity.plain_twin(a2c.policy)
+    plain, ours = plain_parity.plain_twin(a2c.model)
     a = cfg.a2c
     obs, actions, _, _, returns, _ = plain_parity.plain_view(batch, plain, a)
     pl.a2c_loss(plain, obs, actions, returns, a).backward()

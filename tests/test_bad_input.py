@@ -83,7 +83,6 @@ def assert_one_clear_line(code: int, err: str, words: list[str]) -> None:
 @pytest.mark.parametrize("recipe,flags,words", CASES, ids=[" ".join(c[1]) for c in CASES])
 def test_wrong_input_stops_with_one_line(recipe, flags, words, capsys, monkeypatch):
     def no_run(self, cfg, algo, proc, *args, **kwargs):
-        proc.signals.restore()
         raise AssertionError(f"validation let {flags} through: a run started")
 
     monkeypatch.setattr("accelrl.run_folder.RunFolder.__init__", no_run)

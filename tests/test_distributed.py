@@ -155,6 +155,8 @@ def test_a_second_ctrl_c_stops_at_once_and_handlers_are_restored():
 
     before = signal.getsignal(signal.SIGINT)
     stops = StopSignals()
+    assert signal.getsignal(signal.SIGINT) is before  # nothing installed until install()
+    stops.install()
     try:
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.1)  # the handler runs between bytecodes of the main thread

@@ -88,23 +88,23 @@ def test_epsilon_falls_at_every_acting_step():
     acted = []
     with set_exploration_type(ExplorationType.RANDOM):
         for _ in range(12):
-            dqn.policy(td.clone())
+            dqn.collect_policy(td.clone())
             acted.append(float(dqn.explore.eps))
     expected = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0, 0.0]
     assert acted == pytest.approx(expected)
     assert int(dqn.explore.frames) == 120
     # At epsilon 0 every action is the greedy one.
     with set_exploration_type(ExplorationType.RANDOM):
-        out = dqn.policy(TensorDict({"observation": torch.randn(64, 4)}, [64]))
+        out = dqn.collect_policy(TensorDict({"observation": torch.randn(64, 4)}, [64]))
     greedy = dqn.q_network(out["observation"]).argmax(-1)
     assert torch.equal(out["action"], greedy)
     # Evaluation and spec probes do not advance the schedule; the learner can set it.
     with set_exploration_type(ExplorationType.DETERMINISTIC):
-        dqn.policy(td.clone())
+        dqn.collect_policy(td.clone())
     assert int(dqn.explore.frames) == 184
     dqn.acted(50)
     with set_exploration_type(ExplorationType.RANDOM):
-        dqn.policy(td.clone())
+        dqn.collect_policy(td.clone())
     assert float(dqn.explore.eps) == pytest.approx(0.5)
 
 
@@ -151,7 +151,7 @@ def test_epsilon_schedule_counts_every_worker_and_frame_skip(tmp_path):
         threads=plan_threads(cfg.threads, cfg.collector.num_workers),
         device="cpu",
     )
-    collector = run_collector(cfg, proc, dqn.policy, 0)
+    collector = run_collector(cfg, proc, dqn.collect_policy, 0)
     try:
         next(iter(collector))
         assert 4 * 32 < int(dqn.explore.frames) <= 4 * 64
@@ -174,7 +174,7 @@ def test_update_from_replay_moves_weights_and_returns_priorities(flags):
     dqn = cartpole_dqn(**flags)
     env = make_env(EnvConfig(game="CartPole-v1", num_envs=4), seed=0)
     with torch.no_grad():
-        batch = env.rollout(64, dqn.policy, break_when_any_done=False)
+        batch = env.rollout(64, dqn.collect_policy, break_when_any_done=False)
     replay = FrameReplay(
         capacity=4096,
         prioritized=dqn.cfg.prioritized,

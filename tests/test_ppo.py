@@ -165,7 +165,7 @@ def test_an_atari_update_matches_the_plain_loop_on_the_same_batch(lr, clips):
     with float64():
         ppo = make_agent(cfg, spec, torch.device("cpu"))
     batch = plain_parity.breakout_batch(ppo.collect_policy, envs=4, steps=8)
-    plain, ours = plain_parity.plain_twin(ppo.policy)
+    plain, ours = plain_parity.plain_twin(ppo.model)
     p = cfg.ppo
     opt = torch.optim.Adam(plain.parameters(), lr=p.lr * 0.2, eps=p.adam_eps)
     view = plain_parity.plain_view(batch, plain, p)

@@ -12,7 +12,8 @@ from torchrl.objectives.value import GAE
 
 from accelrl import distributed
 from accelrl.distributed import average_gradients
-from accelrl.models import acting_policy
+from accelrl.errors import RunFailure
+from accelrl.models import GreedyActorCritic, acting_policy
 
 
 def mark_boundaries(batch: TensorDictBase, life_loss: bool) -> None:
@@ -83,7 +84,7 @@ def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
     return float(1.0 - (target - pred).var() / var)
 
 
-class NonFiniteError(FloatingPointError):
+class NonFiniteError(RunFailure, FloatingPointError):
     """A loss or gradient with NaN/Inf; raised before the optimizer step, so the weights (and
     every checkpoint) stay finite."""
 
@@ -181,10 +182,10 @@ def loss_metrics(out: TensorDictBase, total: torch.Tensor) -> dict[str, torch.Te
 class ActorCriticLearner:
     """What PPO and A2C share: the actor-critic's parts, the return estimator, checkpoint state.
 
-    Collect with ``self.collect_policy`` (action, log-prob and state value in one trunk pass);
-    ``self.policy`` is the whole actor-critic, ``self.actor`` the policy alone (evaluation).
-    Subclasses build ``self.loss`` over the policy and value *heads* and ``self.optimizer`` over
-    ``self.params``.
+    The agent contract (``accelrl.agent``): collect with ``self.collect_policy`` (action,
+    log-prob and state value in one trunk pass); ``self.eval_policy`` is the actor alone
+    (evaluation, play); ``self.model`` the whole actor-critic. Subclasses build ``self.loss``
+    over the policy and value *heads* and ``self.optimizer`` over ``self.params``.
     """
 
     loss: torch.nn.Module
@@ -205,11 +206,12 @@ class ActorCriticLearner:
         # --compile.loss: the forward pass of a (mini)batch through the trunk, both heads and
         # the loss module as one torch.compile graph; backward and optimizer step stay eager.
         self.objective = torch.compile(self._objective) if compile_loss else self._objective
-        self.policy = model
+        self.model = model
         # Collectors act with this: the same parameters and draws in one module (see
         # ``acting_policy``); the ``ActorValueOperator`` itself evaluates and exports.
         self.collect_policy = acting_policy(model)
         self.actor = model.get_policy_operator()
+        self.eval_policy = self.actor
         self.critic = model.get_value_operator()
         # Losses get the heads; updates run the shared trunk once per minibatch (writing
         # ``hidden`` with gradients) instead of once in each of the actor and the critic. Both
@@ -224,11 +226,26 @@ class ActorCriticLearner:
         """The loss module's output on ``batch``; the trunk runs once for both heads."""
         return self.loss(self.trunk(batch))
 
+    def export_module(self) -> torch.nn.Module:
+        """The greedy actor as a plain module: the trunk's and the policy head's networks
+        without TensorDicts (the first module of each ``TensorDictSequential``, by its public
+        indexing); observation in, ``argmax`` of the logits out."""
+        trunk = self.model.get_policy_operator()[0].module
+        head = self.model.get_policy_head()[0].module
+        return GreedyActorCritic(trunk, head).eval()
+
+    def networks(self) -> list[torch.nn.Module]:
+        # The loss holds the heads' parameters (the same tensors) and nothing of its own.
+        return [self.model, self.loss]
+
+    def initial_state(self, num_envs: int) -> None:
+        return None  # feed-forward
+
     def state_dict(self) -> dict:
         # The whole actor-critic: the loss holds only the heads, not the shared trunk (the
         # Nature CNN on frames), which checkpoints before this missed.
         return {
-            "model": self.policy.state_dict(),
+            "model": self.model.state_dict(),
             "loss": self.loss.state_dict(),
             "optimizer": self.optimizer.state_dict(),
         }
@@ -239,6 +256,6 @@ class ActorCriticLearner:
                 "the checkpoint has no 'model' entry: it was written before accelrl saved the "
                 "shared trunk (the CNN), so its trained weights are incomplete"
             )
-        self.policy.load_state_dict(state["model"])
+        self.model.load_state_dict(state["model"])
         self.loss.load_state_dict(state["loss"])
         self.optimizer.load_state_dict(state["optimizer"])

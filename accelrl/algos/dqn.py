@@ -34,7 +34,7 @@ from torchrl.objectives import DistributionalDQNLoss, DQNLoss, HardUpdate, SoftU
 from torchrl.objectives.utils import TargetNetUpdater, ValueEstimators
 
 from accelrl.algos.common import NonFiniteGuard, gradient_step
-from accelrl.models import DirectTensorDictModule, QNetwork
+from accelrl.models import DirectTensorDictModule, GreedyQ, QNetwork
 from accelrl.optim import adam
 from accelrl.validate import ConfigError, check_positive
 
@@ -286,8 +286,9 @@ class ScheduledEGreedy(EGreedyModule):
 class DQN:
     """Owns the Q-network, its target, the loss and the optimizer.
 
-    ``self.policy`` (epsilon-greedy over the Q-network) collects; ``self.eval_policy`` evaluates
-    (greedy, or eps-greedy at ``eval_eps`` for sampled episodes);
+    The agent contract (``accelrl.agent``): ``self.collect_policy`` (epsilon-greedy over the
+    Q-network) collects; ``self.eval_policy`` evaluates and plays (greedy, or eps-greedy at
+    ``eval_eps`` for sampled episodes);
     ``update(sample)`` takes one gradient step and returns per-sample priorities.
     """
 
@@ -355,7 +356,7 @@ class DQN:
             decay_frames=cfg.eps_decay_frames,
             frames_per_step=frames_per_step,
         ).to(device)
-        self.policy = TensorDictSequential(self.greedy, self.explore)
+        self.collect_policy = TensorDictSequential(self.greedy, self.explore)
         # Evaluation: greedy episodes ignore epsilon; "sampled" ones act eps-greedy at eval_eps.
         self.eval_policy = TensorDictSequential(
             self.greedy, EGreedyModule(spec, eps_init=cfg.eval_eps, eps_end=cfg.eval_eps)
@@ -484,6 +485,21 @@ class DQN:
             "train/td_error": values[2],
             "train/skipped_steps": self.guard.skipped,
         }
+
+    def export_module(self) -> torch.nn.Module:
+        """The Q-network and the argmax of its Q-values (of their expectation over C51's
+        support), as a plain module sharing the weights."""
+        return GreedyQ(self.q_network, self.support).eval()
+
+    def networks(self) -> list[torch.nn.Module]:
+        # The loss holds the online parameters (the Q-network's tensors) and the target ones
+        # (as buffers; ``target_network`` holds the same tensors as parameters); ``explore``
+        # the acting schedule's frame count.
+        nets = [self.q_network, self.loss, self.explore]
+        return nets if self.target_network is None else [*nets, self.target_network]
+
+    def initial_state(self, num_envs: int) -> None:
+        return None  # feed-forward
 
     def state_dict(self) -> dict:
         return {

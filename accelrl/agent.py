@@ -1,0 +1,75 @@
+"""The agent contract: what the run folder, evaluation, ``accelrl.play`` and ``accelrl.export``
+need of a learner, and the one registry of recipes.
+
+Every learner (``accelrl.algos``: ``PPO``, ``A2C``, ``DQN``; APPO is a ``PPO``) has:
+
+- ``collect_policy``: what collectors act with (TensorDict in; ``action`` and whatever the
+  update reads, e.g. ``action_log_prob`` and ``state_value``, out);
+- ``eval_policy``: what evaluation episodes, videos and ``accelrl.play`` act with; greedy under
+  ``InteractionType.DETERMINISTIC``, sampled under ``RANDOM`` (the DQN family: eps-greedy at
+  ``--dqn.eval-eps``);
+- ``export_module()``: a plain ``nn.Module``, observation tensor in, greedy action out, sharing
+  the agent's weights (``accelrl.export`` traces it);
+- ``networks()``: every module whose parameters and buffers the checkpoint holds, in a fixed
+  order (rank 0's weights are broadcast over them; checksums and the non-finite check read
+  them);
+- ``state_dict()`` / ``load_state_dict()``: what a checkpoint holds of it (weights, optimizer,
+  exploration schedule);
+- ``initial_state(num_envs)``: the recurrent state a policy starts each episode from, or
+  ``None`` for a feed-forward policy.
+
+A new algorithm is a learner with these members and a recipe module named in ``RECIPES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Protocol, runtime_checkable
+
+import torch
+from tensordict import TensorDictBase
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """What every learner provides (see the module docstring)."""
+
+    collect_policy: torch.nn.Module
+    eval_policy: torch.nn.Module
+
+    def export_module(self) -> torch.nn.Module: ...
+    def networks(self) -> list[torch.nn.Module]: ...
+    def initial_state(self, num_envs: int) -> TensorDictBase | None: ...
+    def state_dict(self) -> dict: ...
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+RECIPES: dict[str, str] = {
+    "ppo": "recipes.ppo_atari",
+    "a2c": "recipes.a2c_atari",
+    "appo": "recipes.appo_atari",
+    "dqn": "recipes.dqn_atari",
+}
+"""Algorithm name (the run folder's ``algo``, the checkpoint's component name) -> the recipe
+module that trains it and rebuilds its agent (``Config``, ``make_agent``, ``train``)."""
+
+
+class UnknownAlgorithm(ValueError):
+    """An algorithm name that no recipe trains."""
+
+
+def recipe_module(algo: str) -> ModuleType:
+    """The recipe module of ``algo`` (``RECIPES``); ``UnknownAlgorithm`` names the known ones."""
+    if algo not in RECIPES:
+        raise UnknownAlgorithm(f"algorithm {algo!r}: accelrl knows {', '.join(sorted(RECIPES))}")
+    return importlib.import_module(RECIPES[algo])
+
+
+def unique_parameters(modules: list[torch.nn.Module]) -> list[torch.nn.Parameter]:
+    """The parameters of ``modules``, each once, in order (modules share parameters)."""
+    found: dict[int, torch.nn.Parameter] = {}
+    for module in modules:
+        for p in module.parameters():
+            found.setdefault(id(p), p)
+    return list(found.values())
