@@ -68,8 +68,9 @@ def resume(run_dir: Path, table_path: Path) -> int:
     got = run_recipe("ppo", flags, run_dir)
     want = json.loads(table_path.read_text())["ppo CartPole-v1"]
     same = got["weights_checksum"] == want["weights_checksum"]
-    print(f"resumed checksum {got['weights_checksum']!r}, uninterrupted {want['weights_checksum']!r}:"
-          f" {'same' if same else 'DIFFERENT'}")  # fmt: skip
+    verdict = "same" if same else "DIFFERENT"
+    print(f"resumed checksum {got['weights_checksum']!r}, "
+          f"uninterrupted {want['weights_checksum']!r}: {verdict}")  # fmt: skip
     return 0 if same else 1
 
 
