@@ -38,12 +38,12 @@ from accelrl.checkpoint import (
 from accelrl.config import to_dict
 from accelrl.envs import frames_per_step, is_atari
 from accelrl.evaluate import evaluate
-from accelrl.logging import RunLogger
 from accelrl.process import Process
 from accelrl.progress import Progress
 from accelrl.run_lock import FolderLock
 from accelrl.run_record import CHANGES_NAME, Change, append_changes, dumps
 from accelrl.run_start import open_folder
+from accelrl.runlog import RunLogger
 from accelrl.validate import ConfigError
 
 log = logging.getLogger("accelrl")
