@@ -2,7 +2,7 @@
 
 Checkpoints hold only tensors, plain containers, strings and numbers, and are read with
 ``torch.load(weights_only=True)``: a shared checkpoint cannot run code when it is loaded. A file
-that needs full unpickling (one written before this rule, or a crafted one) is refused with
+that needs full unpickling (a crafted one, or one written by other code) is refused with
 ``UnsafeCheckpoint`` unless the caller passes ``trust=True`` (``--trust-checkpoint``).
 
 Checkpoints live in ``run_dir/checkpoints/ckpt_{frames:012d}.pt``. A checkpoint is either the
@@ -145,8 +145,7 @@ def load_checkpoint(
         raise UnsafeCheckpoint(
             f"{path} holds Python objects beyond tensors, containers and numbers{what}; a safe "
             "load refuses them because unpickling them can run code. If you wrote this file or "
-            "trust its source (e.g. a checkpoint from before accelrl saved RNG states as "
-            "tensors), pass --trust-checkpoint"
+            "trust its source, pass --trust-checkpoint"
         ) from None
 
 
@@ -209,15 +208,15 @@ def restore_rng(state: dict) -> None:
     """
     random.setstate(state["python"])
     numpy_state = state["numpy"]
-    if isinstance(numpy_state, dict):
-        numpy_state = (
+    np.random.set_state(
+        (
             numpy_state["kind"],
             numpy_state["key"].numpy().astype(np.uint32),
             numpy_state["pos"],
             numpy_state["has_gauss"],
             numpy_state["cached_gaussian"],
         )
-    np.random.set_state(numpy_state)  # a tuple with an ndarray: checkpoints from before
+    )
     torch.set_rng_state(state["torch"].cpu())
     cuda = state.get("cuda")
     if cuda is not None and torch.cuda.is_available():

@@ -13,7 +13,6 @@ from typing import Any, TypeVar
 
 import tyro
 
-from accelrl.config import RENAMED_FIELDS
 from accelrl.errors import RunFailure
 from accelrl.run_folder import RunInterrupted
 from accelrl.run_record import dumps
@@ -97,9 +96,6 @@ def parse_flags(
     is wrong (tyro would print a multi-line box and exit).
     """
     argv = list(argv)
-    renamed = _renamed_flag(argv)
-    if renamed:
-        raise FlagError(renamed)
     if "-h" in argv or "--help" in argv:
         return tyro.cli(config_cls, args=argv, description=description, prog=prog)
     captured = io.StringIO()
@@ -108,20 +104,6 @@ def parse_flags(
             return tyro.cli(config_cls, args=argv, description=description, prog=prog)
     except SystemExit:
         raise FlagError(_tyro_reason(captured.getvalue())) from None
-
-
-def _renamed_flag(argv: Sequence[str]) -> str | None:
-    """A flag whose field was renamed to say its unit (``accelrl.config.RENAMED_FIELDS``)."""
-    for arg in argv:
-        flag = arg.split("=", 1)[0]
-        if not flag.startswith("--"):
-            continue
-        *section, name = flag[2:].replace("-", "_").split(".")
-        if name in RENAMED_FIELDS:
-            new = ".".join([*section, RENAMED_FIELDS[name]]).replace("_", "-")
-            unit = "agent steps" if new.endswith("steps-per-batch") else "emulator frames"
-            return f"{flag} was renamed --{new} (it counts {unit})"
-    return None
 
 
 def _tyro_reason(text: str) -> str:
@@ -148,13 +130,3 @@ def validate_recipe_config(recipe: ModuleType, cfg: Any) -> None:
     """
     validate = getattr(recipe, "validate", None) or validate_common
     validate(cfg)
-
-
-def parse_recipe_flags(recipe: ModuleType, argv: Sequence[str], *, prog: str | None = None) -> Any:
-    """The recipe module's ``Config`` from ``argv``, validated, without training.
-
-    Raises ``FlagError`` or ``ConfigError``.
-    """
-    cfg = parse_flags(recipe.Config, argv, description=recipe.__doc__, prog=prog)
-    validate_recipe_config(recipe, cfg)
-    return cfg

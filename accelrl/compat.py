@@ -2,24 +2,37 @@
 
 Written against tensordict 0.14.3 and TorchRL 0.14.1. Callers go through these functions, never
 the private names; ``tests/test_compat.py`` calls each one against the installed releases and
-names the private attribute when a release changes or removes it.
+names the private attribute when a release changes or removes it. "Private" here also covers
+undocumented structure that public attributes expose (a module's submodule layout, the keys of
+a loss module's parameters): a release may change it without notice just the same.
 
-Both uses below are on the env's hot path (two new TensorDicts and one ``set`` per batched step)
+The first two are on the env's hot path (two new TensorDicts and one ``set`` per batched step)
 and stay private for speed only: the public calls validate every value, ~23 us more per step, 13%
 of a step of 8 CartPoles (~180 us) and 1% of 8 Pongs (~2.6 ms). Timings in the docstrings:
-``timeit``, 16 rows, the 10 keys of an Atari step, best of 7.
+``timeit``, 16 rows, the 10 keys of an Atari step, best of 7. The others reach what TorchRL has
+no public call for: the prioritized sampler's segment trees (``accelrl.replay_mass``), the
+fallback of a module's output write (``accelrl.models``), and the parts of DQN's actor and loss
+that ``accelrl.algos.dqn`` runs directly.
 
 Private TorchRL *hooks* that accelrl overrides (they cannot move here; the tests pin them too):
-``EnvBase._step_and_maybe_reset`` (``accelrl.envs.vector.SameStepVectorEnv``'s fast path) and
-``ParallelEnv._start_workers`` (``accelrl.envs.gym_atari``).
+``EnvBase._step_and_maybe_reset`` (``accelrl.envs.vector.SameStepVectorEnv``'s fast path),
+``ParallelEnv._start_workers`` (``accelrl.envs.gym_atari``) and
+``TensorDictModule._write_to_tensordict`` (``accelrl.models``' direct output writes).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModule
+from torchrl.data import PrioritizedSampler
+from torchrl.data.replay_buffers.samplers import Sampler
+from torchrl.modules import QValueActor
+from torchrl.objectives import DQNLoss, HardUpdate
+from torchrl.objectives.utils import TargetNetUpdater
 
 
 def new_tensordict_unchecked(
@@ -48,3 +61,98 @@ def set_unchecked(tensordict: TensorDictBase, key: str, value: TensorDictBase) -
     ``tensordict.set(key, value)`` validates ``value`` and takes 2.1 us instead of 0.13 us.
     """
     tensordict._set_str(key, value, validated=True, inplace=False)
+
+
+def segment_trees(sampler: PrioritizedSampler) -> tuple[Any, Any]:
+    """The sum and min segment trees of ``sampler``, C++ objects indexed by slot.
+
+    Private ``PrioritizedSampler._sum_tree`` / ``_min_tree`` (checked against TorchRL 0.14.1).
+    TorchRL writes them only through ``update_priority``, which stores ``(p + eps) ** alpha``
+    and so cannot give a slot exactly zero mass, and draws only with its importance weights;
+    the frame replay needs both (``accelrl.replay_mass``). Fetch them again after
+    ``load_state_dict``, which replaces them.
+    """
+    return sampler._sum_tree, sampler._min_tree
+
+
+def sampler_generator(sampler: Sampler) -> torch.Generator | None:
+    """The torch generator a TorchRL replay buffer gave ``sampler`` (``ReplayBuffer(...,
+    generator=)``); None when it draws from NumPy's global RNG, as ``PrioritizedSampler.sample``
+    does then. Private ``Sampler._rng`` (checked against TorchRL 0.14.1)."""
+    return sampler._rng
+
+
+_TREE_KEYS = ("_sum_tree", "_min_tree")  # PrioritizedSampler.state_dict()'s keys of the trees
+
+
+def prioritized_state_dict(sampler: PrioritizedSampler) -> dict[str, Any]:
+    """``PrioritizedSampler.state_dict()`` with the segment trees as tensors of their leaves.
+
+    TorchRL's state holds the C++ tree objects under the private names ``_sum_tree`` and
+    ``_min_tree``, which would make a checkpoint unloadable with ``torch.load(weights_only=True)``;
+    here those keys hold the leaves in slot order (checked against TorchRL 0.14.1). Checkpoints
+    hold this form: ``load_prioritized_state_dict`` reads it back.
+    """
+    state = PrioritizedSampler.state_dict(sampler)
+    slots = torch.arange(sampler.max_size)
+    for key, tree in zip(_TREE_KEYS, segment_trees(sampler), strict=True):
+        state[key] = torch.as_tensor(tree[slots]).clone()
+    return state
+
+
+def load_prioritized_state_dict(sampler: PrioritizedSampler, state: Mapping[str, Any]) -> None:
+    """Restore ``prioritized_state_dict``'s output into ``sampler`` (a float64 sampler of the same
+    size): TorchRL's ``load_state_dict`` for the rest, then the leaves into its own trees."""
+    leaves = [state[key] for key in _TREE_KEYS]
+    PrioritizedSampler.load_state_dict(
+        sampler, {**state, **dict(zip(_TREE_KEYS, segment_trees(sampler), strict=True))}
+    )
+    slots = torch.arange(sampler.max_size)
+    for tree, values in zip(segment_trees(sampler), leaves, strict=True):
+        tree[slots] = values.to(torch.float64)
+
+
+def write_outputs(
+    module: TensorDictModule,
+    tensordict: TensorDictBase,
+    tensors: list[Any],
+    tensordict_out: TensorDictBase | None,
+    out_keys: Any,
+) -> TensorDictBase:
+    """TensorDict's own write of ``module``'s outputs (each through ``TensorDict.from_any``), for
+    an override of the hook that falls back to it. Private
+    ``TensorDictModule._write_to_tensordict`` (checked against tensordict 0.14.3)."""
+    return TensorDictModule._write_to_tensordict(
+        module, tensordict, tensors, tensordict_out, out_keys
+    )
+
+
+def qvalue_actor_modules(actor: QValueActor) -> tuple[TensorDictModule, Any]:
+    """The two modules TorchRL builds a ``QValueActor`` from: the Q-network in its
+    ``TensorDictModule`` and the ``QValueModule`` head (argmax, chosen value). TorchRL's layout
+    of the sequence, ``actor.module`` (checked against TorchRL 0.14.1); the head's ``out_keys``
+    are the action, the action values and the chosen value, in that order."""
+    q_module, head = actor.module
+    return q_module, head
+
+
+def dqn_target_params(loss: DQNLoss) -> TensorDictBase:
+    """The target copy of the Q-network's own parameters in ``loss`` (``delay_value=True``), as
+    a TensorDict that ``to_module`` puts into a copy of that network.
+
+    ``loss.target_value_network_params`` is laid out as the ``QValueActor`` it copies: its
+    ``TensorDictModule`` is submodule ``module.0`` and the network that module's ``module``
+    (checked against TorchRL 0.14.1). The tensors are the loss's own: target updates write them.
+    """
+    return loss.target_value_network_params.get(("module", "0", "module"))
+
+
+def hard_update_now(updater: HardUpdate) -> None:
+    """Copy every online parameter of ``updater``'s loss into its target now.
+
+    ``TargetNetUpdater.step`` walks the parameter pairs; the private ``HardUpdate._step`` copies
+    a pair only when ``counter == value_network_update_interval`` (checked against TorchRL
+    0.14.1). Leaves ``counter`` at the interval: the caller sets it.
+    """
+    updater.counter = updater.value_network_update_interval
+    TargetNetUpdater.step(updater)

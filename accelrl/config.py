@@ -230,7 +230,6 @@ def from_dict(cls: type[C], data: dict[str, Any]) -> C:
     hints = typing.get_type_hints(cls)
     default = cls()
     values: dict[str, Any] = {}
-    data = {RENAMED_FIELDS.get(k, k): v for k, v in data.items()}
     for f in dataclasses.fields(cls):
         if f.name not in data:
             continue
@@ -252,14 +251,6 @@ def rows_per_batch(env: EnvConfig, collector: CollectorConfig) -> int:
     if collector.kind == "async":
         return env.num_envs
     return env.num_envs * max(1, collector.num_workers)
-
-
-RENAMED_FIELDS = {
-    "frames_per_batch": "steps_per_batch",
-    "learning_starts": "learning_starts_frames",
-}
-"""Fields renamed on 2026-11-30 so that each name says its unit (old -> new): old flags get a
-one-line error naming the new one; old config.json files are read with the new names."""
 
 
 __all__ = [

@@ -18,6 +18,8 @@ from tensordict.nn.probabilistic import interaction_type
 from torch import nn
 from torchrl.modules import ActorValueOperator, ProbabilisticActor, ValueOperator
 
+from accelrl.compat import write_outputs
+
 
 class _DirectWrite:
     """Writes tensor outputs straight into the TensorDict.
@@ -26,7 +28,8 @@ class _DirectWrite:
     tensor ends in ``importlib.util.find_spec("pandas")``: a scan of ``sys.path`` on every call
     when pandas is not installed (tensordict 0.14; 59 us per call measured here, three calls per
     actor-critic step). ``python -m benchmarks.module_write`` prints the ratio. Non-tensor
-    outputs still go through ``from_any``.
+    outputs still go through ``from_any``. Overrides tensordict's private hook of that name
+    (``accelrl.compat`` lists it; ``tests/test_compat.py`` pins it).
     """
 
     def _write_to_tensordict(
@@ -37,12 +40,12 @@ class _DirectWrite:
         out_keys: Any = None,
     ) -> TensorDictBase:
         if not all(isinstance(t, torch.Tensor) for t in tensors):
-            return super()._write_to_tensordict(tensordict, tensors, tensordict_out, out_keys)  # type: ignore[misc]
+            return write_outputs(self, tensordict, tensors, tensordict_out, out_keys)  # type: ignore[arg-type]
         if out_keys is None:
             out_keys = self.out_keys_source  # type: ignore[attr-defined]
         if tensordict_out is None:
             if self.inplace is not True:  # type: ignore[attr-defined]
-                return super()._write_to_tensordict(tensordict, tensors, tensordict_out, out_keys)  # type: ignore[misc]
+                return write_outputs(self, tensordict, tensors, tensordict_out, out_keys)  # type: ignore[arg-type]
             tensordict_out = tensordict
         if len(tensors) != len(out_keys):
             raise RuntimeError(f"{len(tensors)} outputs for out_keys {list(out_keys)}")

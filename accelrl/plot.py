@@ -3,7 +3,7 @@
 Usage: ``python -m accelrl.plot RUN_DIR [RUN_DIR ...] [-o out.png] [--smooth 100]``
 
 Reads ``episodes.csv`` (frames, return, length) and ``metrics.csv`` (frames, time_s) written by
-``accelrl.logging.RunLogger``; episodes get their wall time by interpolating ``time_s`` over
+``accelrl.runlog.RunLogger``; episodes get their wall time by interpolating ``time_s`` over
 ``frames``. A dashed vertical line marks each frame count where a ``--resume`` changed the run's
 flags (``config_changes.jsonl``), labelled with the flags it changed. Uses matplotlib's Agg canvas
 directly (no pyplot), so it never needs a display and leaves the caller's backend alone.

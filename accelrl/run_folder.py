@@ -42,13 +42,13 @@ from accelrl.config import to_dict
 from accelrl.envs import frames_per_step
 from accelrl.errors import RunFailure
 from accelrl.evaluate import evaluate, warn_if_capped
-from accelrl.logging import RunLogger
 from accelrl.play import record_video
 from accelrl.process import Process
 from accelrl.progress import Every, Progress
 from accelrl.run_lock import FolderLock
 from accelrl.run_record import CHANGES_NAME, Change, append_changes, dumps
 from accelrl.run_start import open_folder
+from accelrl.runlog import RunLogger
 from accelrl.validate import ConfigError
 
 log = logging.getLogger("accelrl")

@@ -27,8 +27,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from accelrl.config import RENAMED_FIELDS
-
 FOLDER_FORMAT = 1
 """Version of the run folder's layout. Raise it when a folder written by this code can no
 longer be resumed by older code; older code refuses newer folders. Folders without the field
@@ -210,18 +208,13 @@ def recorded_settings(
 ) -> dict[str, Any]:
     """The flat settings that a resume compares: the config's fields, the resolved values in
     ``RESUME_CHANGES`` and the code version, all as JSON would give them back."""
-    flat = {_renamed(k): v for k, v in flatten(json.loads(dumps(config))).items()}
+    flat = flatten(json.loads(dumps(config)))
     for key in ("world_size", "device"):
         if key in resolved:
             flat[f"resolved.{key}"] = json.loads(dumps(resolved[key]))
     for key in ("version", "commit"):
         flat[f"accelrl.{key}"] = code.get(key)
     return flat
-
-
-def _renamed(key: str) -> str:
-    *section, name = key.split(".")
-    return ".".join([*section, RENAMED_FIELDS.get(name, name)])
 
 
 @dataclass(frozen=True)
@@ -314,7 +307,7 @@ def current_config(run_dir: Path, saved: dict[str, Any]) -> dict[str, Any]:
         for change in record["changes"]
         if isinstance(change, dict) and not str(change.get("key")).startswith(_NOT_FLAGS)
     ]
-    flat = {_renamed(k): v for k, v in flatten(saved["config"]).items()}
+    flat = flatten(saved["config"])
     flat = apply_changes(flat, [{"changes": flags}])
     nested: dict[str, Any] = {}
     for key, value in flat.items():

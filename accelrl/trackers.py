@@ -1,6 +1,6 @@
 """Experiment trackers through TorchRL's loggers (``torchrl.record.loggers``): W&B and MLflow.
 
-CSV files and TensorBoard are written by ``accelrl.logging.RunLogger`` itself, because a resumed
+CSV files and TensorBoard are written by ``accelrl.runlog.RunLogger`` itself, because a resumed
 run must drop what the killed run logged after its checkpoint (CSV rows are cut, TensorBoard
 events hidden with ``purge_step``), which TorchRL's CSV and TensorBoard loggers cannot do.
 Trackers get the metrics and evaluation rows at x = emulator frames.

@@ -97,7 +97,9 @@ class BackgroundSegment:
         except (NotImplementedError, OSError):
             return None
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
+        """Let the background workers fill their queue (or pause the inference server) so that
+        the next timed segment starts from a steady state."""
         from accelrl.samplers import BatchedInferenceCollector
 
         if isinstance(self.collector, BatchedInferenceCollector):
@@ -124,7 +126,7 @@ class BackgroundSegment:
     def __call__(self, seconds: float) -> tuple[int, float]:
         self._resume()
         out = time_steps(lambda: next(self.it), self.fpb, seconds)
-        self._settle()
+        self.settle()
         return out
 
     def close(self) -> None:

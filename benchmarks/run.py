@@ -218,7 +218,7 @@ def collect_section(args: argparse.Namespace, ref_env: Any) -> tuple[list[Row], 
         next(it)  # warm-up: the first batch holds the workers' start
         if kind in BACKGROUND_KINDS:
             seg = BackgroundSegment(c, it, fpb, max(1, w))
-            seg._settle()
+            seg.settle()
             return c, it, seg
         return c, it, collector_segment(it, fpb, prime=True)
 

@@ -55,11 +55,6 @@ CASES = [
      ["--dqn.v-min=10.0", "v_max"]),
     ("dqn_atari", ["--collector.kind", "async", "--collector.num-workers", "2"],
      ["--collector.kind='async'", "replay"]),
-    # Renamed so that each name says its unit: the old flag names the new one.
-    ("ppo_atari", ["--collector.frames-per-batch", "64"],
-     ["--collector.frames-per-batch was renamed --collector.steps-per-batch", "agent steps"]),
-    ("dqn_atari", ["--dqn.learning-starts=1000"],
-     ["--dqn.learning-starts was renamed --dqn.learning-starts-frames", "emulator frames"]),
 ]  # fmt: skip
 
 

@@ -8,22 +8,30 @@ TorchRL hooks accelrl overrides, are pinned as well.
 
 from __future__ import annotations
 
+import copy
 import inspect
+import io
 from importlib.metadata import version
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import tensordict
 import torch
 from tensordict import TensorDict
+from tensordict.nn import TensorDictModule
+from torch import nn
+from torchrl.data import Categorical, LazyTensorStorage, PrioritizedSampler, ReplayBuffer
 from torchrl.envs import EnvBase, ParallelEnv
+from torchrl.modules import QValueActor, QValueModule
+from torchrl.objectives import DQNLoss, HardUpdate
 
 from accelrl import compat
 from accelrl.collect import env_factory, plan_threads
 from accelrl.config import EnvConfig, ThreadsConfig
 from accelrl.envs import make_env
 from accelrl.export import greedy_module
-from accelrl.models import make_actor_critic
+from accelrl.models import DirectTensorDictModule, make_actor_critic
 from accelrl.samplers import BatchedInferenceCollector
 
 WRITTEN_AGAINST = "tensordict 0.14.3 / TorchRL 0.14.1"
@@ -154,6 +162,142 @@ def test_batched_collector_weight_update_reaches_the_server():
         assert collector.procs == []
     finally:
         collector.shutdown()
+
+
+def leaves(tree, size: int) -> torch.Tensor:
+    return torch.as_tensor(tree[torch.arange(size)])
+
+
+def test_segment_trees_are_the_samplers_masses():
+    """The replay zeroes slots and draws through them (``accelrl.replay_mass``)."""
+    user = "accelrl.compat.segment_trees (accelrl.replay_mass)"
+    sampler = PrioritizedSampler(8, alpha=0.5, beta=0.4, eps=1e-6, dtype=torch.float64)
+    for name in ("_sum_tree", "_min_tree"):
+        assert hasattr(sampler, name), f"private PrioritizedSampler.{name} is gone: update {user}"
+    sampler.update_priority(torch.tensor([2, 5]), torch.tensor([1.0, 4.0], dtype=torch.float64))
+    sum_tree, min_tree = compat.segment_trees(sampler)
+    stored = (torch.tensor([1.0, 4.0], dtype=torch.float64) + 1e-6) ** 0.5
+    assert torch.allclose(leaves(sum_tree, 8)[[2, 5]], stored), "sum tree leaves: (p + eps) ** a"
+    assert sum_tree.query(0, 8) == pytest.approx(float(stored.sum()))
+    assert min_tree.query(0, 8) == pytest.approx(float(stored.min()))
+    assert int(sum_tree.scan_lower_bound(np.array([float(stored[0]) + 1e-3]))[0]) == 5
+    assert min_tree.identity_element > 1e300, "the min tree's neutral value (a disabled slot)"
+    # Zero mass written into the tree is what TorchRL's own draw then sees.
+    sum_tree[torch.tensor([2])] = torch.zeros(1, dtype=torch.float64)
+    min_tree[torch.tensor([2])] = torch.full((1,), min_tree.identity_element, dtype=torch.float64)
+    storage = LazyTensorStorage(8)
+    storage.set(torch.arange(8), TensorDict({"x": torch.zeros(8)}, batch_size=[8]))
+    index, _ = sampler.sample(storage, 64)
+    assert set(torch.as_tensor(index).tolist()) == {5}
+
+
+def test_sampler_generator_is_the_replay_buffers():
+    user = "accelrl.compat.sampler_generator (accelrl.replay_mass)"
+    sampler = PrioritizedSampler(8, alpha=0.0, beta=0.4)
+    assert compat.sampler_generator(sampler) is None, f"Sampler._rng default changed: {user}"
+    generator = torch.Generator()
+    ReplayBuffer(storage=LazyTensorStorage(8), sampler=sampler, generator=generator)
+    assert compat.sampler_generator(sampler) is generator, (
+        f"ReplayBuffer no longer hands its generator to Sampler._rng: update {user} "
+        f"(written against {WRITTEN_AGAINST}; installed: {INSTALLED})"
+    )
+
+
+def test_prioritized_state_dict_holds_tensors_and_round_trips():
+    user = "accelrl.compat.prioritized_state_dict"
+    sampler = PrioritizedSampler(8, alpha=0.6, beta=0.4, eps=1e-6, dtype=torch.float64)
+    sampler.update_priority(
+        torch.tensor([1, 3, 6]), torch.tensor([0.5, 2.0, 1.0], dtype=torch.float64)
+    )
+    state = compat.prioritized_state_dict(sampler)
+    assert {"_sum_tree", "_min_tree", "_alpha", "_beta", "_eps"} <= set(state), (
+        f"PrioritizedSampler.state_dict() keys changed to {sorted(state)}: update {user}"
+    )
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=True)  # raises on the C++ tree objects
+    other = PrioritizedSampler(8, alpha=0.0, beta=0.1, dtype=torch.float64)
+    compat.load_prioritized_state_dict(other, loaded)
+    for mine, theirs in zip(
+        compat.segment_trees(sampler), compat.segment_trees(other), strict=True
+    ):
+        assert torch.equal(leaves(mine, 8), leaves(theirs, 8))
+    assert other.alpha == 0.6 and other.beta == 0.4
+    assert other.default_priority == sampler.default_priority
+
+
+def test_write_outputs_is_tensordicts_own_write():
+    """``accelrl.models``' direct write overrides the private hook and falls back to it."""
+    user = "accelrl.models._DirectWrite and accelrl.compat.write_outputs"
+    hook = "_write_to_tensordict"
+    params = ("tensordict", "tensors", "tensordict_out", "out_keys")
+    private(TensorDictModule, hook, *params, user=user)
+    plain = TensorDictModule(nn.Identity(), in_keys=["x"], out_keys=["y"])
+    td = TensorDict({"x": torch.ones(2, 3)}, batch_size=[2])
+    out = compat.write_outputs(plain, td, [torch.zeros(2, 3)], None, ["y"])
+    assert out is td and torch.equal(td["y"], torch.zeros(2, 3))
+    direct = DirectTensorDictModule(nn.Identity(), in_keys=["x"], out_keys=["y"])
+    calls = []
+    original = DirectTensorDictModule._write_to_tensordict  # accelrl's override
+
+    def spy(self, *args, **kwargs):
+        calls.append(args)
+        return original(self, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(DirectTensorDictModule, hook, spy)
+        direct(TensorDict({"x": torch.ones(2, 3)}, batch_size=[2]))
+    assert calls, f"TensorDictModule.forward no longer calls {hook}: {user} is bypassed"
+
+
+def test_qvalue_actor_modules_are_the_network_and_its_head():
+    net = nn.Linear(4, 3)
+    actor = QValueActor(net, spec=Categorical(3), in_keys=["observation"])
+    q_module, head = compat.qvalue_actor_modules(actor)
+    assert isinstance(q_module, TensorDictModule) and q_module.module is net
+    assert q_module.in_keys == ["observation"]
+    assert isinstance(head, QValueModule)
+    assert head.out_keys == ["action", "action_value", "chosen_action_value"], (
+        "QValueModule's out_keys changed order: accelrl.algos.dqn.GreedyQValueActor unpacks them"
+    )
+    assert head.action_space == "categorical" and head.action_mask_key is None
+
+
+def dqn_loss() -> tuple[nn.Module, DQNLoss]:
+    net = nn.Linear(4, 3)
+    actor = QValueActor(net, spec=Categorical(3), in_keys=["observation"])
+    return net, DQNLoss(actor, delay_value=True)
+
+
+def test_dqn_target_params_are_the_loss_target_of_the_network():
+    net, loss = dqn_loss()
+    target = compat.dqn_target_params(loss)
+    assert set(target.keys()) == set(dict(net.named_parameters())), (
+        "DQNLoss.target_value_network_params is laid out differently: update "
+        "accelrl.compat.dqn_target_params"
+    )
+    ptrs = {p.data_ptr() for p in loss.target_value_network_params.values(True, True)}
+    assert {p.data_ptr() for p in target.values()} <= ptrs, "must be the loss's own tensors"
+    copy_of_net = copy.deepcopy(net)
+    target.to_module(copy_of_net)
+    with torch.no_grad():
+        target["weight"].add_(1.0)
+    assert torch.equal(copy_of_net.weight, net.weight + 1.0), "target updates must reach it"
+
+
+def test_hard_update_now_copies_the_online_weights():
+    user = "accelrl.compat.hard_update_now (accelrl.algos.dqn.HardTargetUpdate)"
+    private(HardUpdate, "_step", "p_source", "p_target", user=user)
+    net, loss = dqn_loss()
+    updater = HardUpdate(loss, value_network_update_interval=5)
+    with torch.no_grad():
+        net.weight.add_(1.0)
+    target = compat.dqn_target_params(loss)
+    assert not torch.equal(target["weight"], net.weight)
+    compat.hard_update_now(updater)
+    assert torch.equal(target["weight"], net.weight), f"no copy: update {user}"
+    assert updater.counter == 5
 
 
 @pytest.mark.parametrize(

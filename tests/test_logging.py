@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from accelrl.logging import RunLogger, _LineStream
+from accelrl.progress_bar import LineStream
+from accelrl.runlog import RunLogger
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -120,7 +121,7 @@ def test_tensorboard_and_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_line_stream_turns_redraws_into_lines() -> None:
     buf = io.StringIO()
-    s = _LineStream(buf)
+    s = LineStream(buf)
     s.write("\r 10%|#   | 100/1000 ")
     s.write("\n")
     s.write("\r 20%|##  | 200/1000")
@@ -129,7 +130,7 @@ def test_line_stream_turns_redraws_into_lines() -> None:
 
 def test_line_stream_drops_cursor_moves_of_stacked_bars() -> None:
     buf = io.StringIO()
-    _LineStream(buf).write("\x1b[A\r evaluation episodes 1/8: 2.0kframes\x1b[A")
+    LineStream(buf).write("\x1b[A\r evaluation episodes 1/8: 2.0kframes\x1b[A")
     assert buf.getvalue() == " evaluation episodes 1/8: 2.0kframes\n"
 
 

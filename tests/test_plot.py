@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from accelrl.logging import RunLogger
 from accelrl.plot import PlotError, plot_runs
+from accelrl.runlog import RunLogger
 
 
 def fake_run(run_dir: Path, scale: float) -> None:

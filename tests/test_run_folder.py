@@ -25,7 +25,6 @@ import pytest
 import accelrl
 from accelrl.cli import run_recipe
 from accelrl.config import to_dict
-from accelrl.logging import RunLogger
 from accelrl.run_lock import FolderInUse, FolderLock
 from accelrl.run_record import (
     LEARNED,
@@ -36,6 +35,7 @@ from accelrl.run_record import (
     flatten,
     read_changes,
 )
+from accelrl.runlog import RunLogger
 from tests.test_async import child_pids
 from tests.test_bad_input import CARTPOLE, assert_one_clear_line
 from tests.test_distributed import wait_for

@@ -31,9 +31,10 @@ from torchrl.data import Categorical
 from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.modules import DistributionalQValueActor, EGreedyModule, QValueActor
 from torchrl.objectives import DistributionalDQNLoss, DQNLoss, HardUpdate, SoftUpdate
-from torchrl.objectives.utils import TargetNetUpdater, ValueEstimators
+from torchrl.objectives.utils import ValueEstimators
 
 from accelrl.algos.common import NonFiniteGuard, gradient_step
+from accelrl.compat import dqn_target_params, hard_update_now, qvalue_actor_modules
 from accelrl.models import DirectTensorDictModule, GreedyQ, QNetwork
 from accelrl.optim import adam
 from accelrl.validate import ConfigError, check_positive
@@ -181,8 +182,7 @@ class HardTargetUpdate(HardUpdate):
     def step(self) -> None:
         self.counter += 1
         if self.counter >= self.value_network_update_interval:
-            self.counter = self.value_network_update_interval  # HardUpdate._step copies at it
-            TargetNetUpdater.step(self)
+            hard_update_now(self)
             self.counter = 0
 
 
@@ -198,7 +198,7 @@ class GreedyQValueActor(QValueActor):
     """
 
     def forward(self, tensordict: TensorDictBase, *args, **kwargs) -> TensorDictBase:
-        q_module, head = self.module
+        q_module, head = qvalue_actor_modules(self)
         if args or kwargs or head.action_mask_key is not None or head.action_space != "categorical":
             return super().forward(tensordict, *args, **kwargs)
         values = q_module.module(tensordict.get(q_module.in_keys[0]))
@@ -382,7 +382,7 @@ class DQN:
         terms = self._loss_terms
         if not cfg.distributional:
             self.target_network = copy.deepcopy(net).requires_grad_(False)
-            target = self.loss.target_value_network_params.get(("module", "0", "module"))
+            target = dqn_target_params(self.loss)
             target.to_module(self.target_network)
             terms = self._q_terms
         # --compile.loss: the loss terms (online and target networks, targets) as one

@@ -1,0 +1,170 @@
+"""Which transitions of ``accelrl.replay.FrameReplay`` can be sampled, and how likely each is.
+
+Every storage slot has a sampling mass in TorchRL's ``PrioritizedSampler`` (C++ sum/min segment
+trees): exactly zero while its transition waits for its n-step target and once an entry its
+stack reads is overwritten; otherwise 1 (``alpha = 0``: exact uniform sampling over the valid
+entries) or its priority. ``update_priority`` cannot store zero (it stores
+``(p + eps) ** alpha``), so a small subclass of the sampler sets it directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torchrl.data import PrioritizedSampler
+
+from accelrl.compat import (
+    load_prioritized_state_dict,
+    prioritized_state_dict,
+    sampler_generator,
+    segment_trees,
+)
+from accelrl.frame_storage import FrameStorage
+
+
+class MaskedPrioritizedSampler(PrioritizedSampler):
+    """TorchRL's prioritized sampler plus entries with exactly zero sampling mass."""
+
+    def disable(self, index: torch.Tensor) -> int:
+        """Give ``index`` (distinct slots) zero mass; returns how many of them had mass."""
+        if index.numel() == 0:
+            return 0
+        sum_tree, min_tree = segment_trees(self)
+        had = int((torch.as_tensor(sum_tree[index]) > 0).sum())
+        sum_tree[index] = torch.zeros(index.shape, dtype=torch.float64)
+        # The min tree's neutral value keeps disabled slots out of p_min (the IS-weight norm).
+        neutral = torch.full(index.shape, min_tree.identity_element, dtype=torch.float64)
+        min_tree[index] = neutral
+        return had
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict]:
+        """Uniform mode (alpha 0, every valid entry mass 1): TorchRL's draw (numpy's global
+        RNG, the sum tree's lower bound) without the importance weights, which are all 1 and
+        which the replay does not return; prioritized mode: TorchRL's ``sample``."""
+        if self.alpha != 0 or sampler_generator(self) is not None:
+            return super().sample(storage, batch_size)
+        sum_tree, _ = segment_trees(self)
+        size = self.max_size
+        total = sum_tree.query(0, size)
+        if total <= 0:
+            raise RuntimeError("no transition can be sampled (zero total mass)")
+        mass = np.random.uniform(0.0, total, size=batch_size)
+        # NumPy throughout: the tree takes and returns arrays, and torch's per-operation cost
+        # would double this draw's time on CartPole-sized batches.
+        index = np.minimum(sum_tree.scan_lower_bound(mass), size - 1)
+        # A draw on a float boundary can land on a zero-mass slot: step left, as TorchRL does.
+        zero = sum_tree[index] == 0
+        while zero.any():
+            index = np.where(zero, index - 1, index)
+            if (index < 0).any():
+                raise RuntimeError("failed to find a slot with sampling mass")
+            zero = sum_tree[index] == 0
+        index = torch.from_numpy(index)
+        return index, {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """TorchRL's state with the segment trees as tensors of their leaves: the C++ tree
+        objects would make checkpoints unloadable with ``torch.load(weights_only=True)``."""
+        return prioritized_state_dict(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        load_prioritized_state_dict(self, state)
+
+
+class ReplayMass:
+    """The sampling mass of ``frames``' slots and the n-step window that decides it.
+
+    ``mark_ready`` gives a transition mass once its n-step target is stored (``n`` later steps,
+    or an episode end within them); ``invalidate`` takes it away when its frames are overwritten.
+    ``num_valid`` counts the transitions with mass.
+    """
+
+    def __init__(
+        self,
+        frames: FrameStorage,
+        *,
+        n_step: int,
+        prioritized: bool,
+        alpha: float,
+        beta: float,
+        priority_eps: float,
+    ) -> None:
+        self.frames, self.n_step = frames, n_step
+        self.sampler = MaskedPrioritizedSampler(
+            frames.num_envs * frames.ring,
+            alpha=alpha if prioritized else 0.0,
+            beta=beta,
+            eps=priority_eps,
+            dtype=torch.float64,  # float32 sums over 1M slots can land a draw on a masked slot
+        )
+        self.num_valid = 0
+        self.restart_streams()
+
+    def restart_streams(self) -> None:
+        """Drop the transitions still waiting for their n-step target."""
+        n, e = self.n_step, self.frames.num_envs
+        self._tail_entry = torch.zeros(e, n, dtype=torch.int64)
+        self._tail_done = torch.zeros(e, n, dtype=torch.bool)
+        self._tail_exists = torch.zeros(e, n, dtype=torch.bool)
+
+    def invalidate(self, lo: torch.Tensor, hi: torch.Tensor) -> None:
+        """Remove entries ``[lo_e, hi_e)`` of every env ``e`` from sampling."""
+        ring = self.frames.ring
+        lo = lo.clamp_min(0)
+        hi = torch.minimum(hi, lo + ring)
+        span = int((hi - lo).max().clamp_min(0))
+        if span == 0:
+            return
+        entry = lo[:, None] + torch.arange(span)
+        env = torch.arange(self.frames.num_envs)[:, None].expand_as(entry)
+        keep = entry < hi[:, None]
+        self.num_valid -= self.sampler.disable(self.frames.slots(env[keep], entry[keep]))
+
+    def mark_ready(self, entry: torch.Tensor, done: torch.Tensor) -> None:
+        """Give the transitions whose n-step target just became known the max priority.
+
+        ``entry`` and ``done`` are a batch's ``[E, T]`` entry counters and episode ends. The
+        window is the previous batch's last ``n`` steps (still waiting) plus this batch. A step is
+        ready once ``n`` later steps are stored, or an episode ended within them.
+        """
+        n = self.n_step
+        win_entry = torch.cat([self._tail_entry, entry], 1)
+        win_done = torch.cat([self._tail_done, done], 1)
+        win_exists = torch.cat([self._tail_exists, torch.ones_like(done)], 1)
+        width = win_entry.shape[1]
+        ready = (torch.arange(width) + n <= width - 1).expand_as(win_done).clone()
+        was_ready = torch.zeros_like(self._tail_done)
+        for i in range(n):
+            ready[:, : width - i] |= win_done[:, i:]
+            was_ready[:, : n - i] |= self._tail_done[:, i:]
+        ready &= win_exists
+        ready[:, :n] &= ~was_ready
+        env = torch.arange(self.frames.num_envs)[:, None].expand_as(win_entry)
+        slots = self.frames.slots(env[ready], win_entry[ready])
+        if slots.numel():
+            top = float(self.sampler.default_priority)
+            self.sampler.update_priority(slots, torch.full(slots.shape, top, dtype=torch.float64))
+            self.num_valid += slots.numel()
+        self._tail_entry = win_entry[:, -n:].clone()
+        self._tail_done = win_done[:, -n:].clone()
+        self._tail_exists = win_exists[:, -n:].clone()
+
+    def draw(self, batch_size: int, beta: float | None) -> tuple[torch.Tensor, dict]:
+        """``batch_size`` slots by mass and TorchRL's info (``priority_weight`` when
+        prioritized); ``beta`` None keeps the last one given."""
+        if beta is not None:
+            self.sampler.beta = beta
+        return self.sampler.sample(self.frames.tensor_storage, batch_size)
+
+    def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
+        """Set the priorities of the transitions ``index`` (``entry * num_envs + env``), skipping
+        those overwritten since they were sampled."""
+        frames = self.frames
+        index = torch.as_tensor(index, dtype=torch.int64).reshape(-1).cpu()
+        priority = torch.as_tensor(priority).detach().reshape(-1).to("cpu", torch.float64)
+        env, entry = index % frames.num_envs, index // frames.num_envs
+        live = entry >= frames.bound(frames.written)[env]
+        if live.any():
+            self.sampler.update_priority(frames.slots(env[live], entry[live]), priority[live])
