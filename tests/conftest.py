@@ -56,21 +56,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     alone at the end."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
     items.sort(key=lambda item: item.path not in slow_files)
-
-
-def count_batches(run):
-    """``run()``'s result and the number of batches the run counted during it."""
-    from accelrl.progress import Progress as Run
-
-    real = Run.collected
-    count = {"n": 0}
-
-    def collected(self, batch):
-        count["n"] += 1
-        return real(self, batch)
-
-    Run.collected = collected
-    try:
-        return run(), count["n"]
-    finally:
-        Run.collected = real
