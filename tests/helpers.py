@@ -5,9 +5,12 @@ plain_parity.py)."""
 from __future__ import annotations
 
 import csv
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from reference.cartpole_presets import use_cartpole
 
@@ -41,6 +44,18 @@ def cartpole_recipe_config(
     cfg.log.tensorboard = False
     cfg.log.eval_episodes = eval_episodes
     return cfg
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (for a process group's rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def grads(params: Iterable[torch.nn.Parameter]) -> list[torch.Tensor]:
+    """Copies of the parameters' gradients."""
+    return [p.grad.detach().clone() for p in params]
 
 
 def first_episodes_mean(run_dir: Path, n: int = 100) -> float:
