@@ -3,7 +3,7 @@ loop's *best* torch thread count, on an idle machine and next to one other busy 
 
 Configurations per algorithm (each a fresh process; rounds alternate them):
 
-- ``plain@N``: ``benchmarks.plain_loops`` with N torch threads (1 and every core);
+- ``plain@N``: the plain loop (``reference.atari``) with N torch threads (1 and every core);
 - ``plain@N+ftz``: the same with subnormal floats flushed to zero (``torch.set_flush_denormal``,
   which the recipes do in ``accelrl.process.flush_denormals``), so the reference is the plain
   loop at its best of both;
@@ -57,7 +57,8 @@ PLAIN = """
 import sys, torch
 torch.set_num_threads({threads})
 torch.set_flush_denormal({ftz})
-from benchmarks.plain_loops import plain_{algo}, steady_fps
+from reference.atari import steady_fps
+from reference.atari_{module} import plain_{algo}
 from benchmarks.common import cores
 from recipes.{algo}_atari import Config
 cfg = Config()
@@ -73,13 +74,13 @@ CARTPOLE_FRAMES = 20_000
 
 CARTPOLE = """
 import sys, torch
-from benchmarks.learning_cartpole import cartpole_config
+from reference.cartpole_presets import cartpole_config
 cfg = cartpole_config("dqn", 0, eval_episodes=0, run_dir=sys.argv[1], threads={threads})
 cfg.total_frames = {frames}
 if {plain}:
     torch.set_num_threads({threads})
     torch.set_flush_denormal({ftz})
-    from benchmarks.plain_classic import plain_dqn
+    from reference.classic import plain_dqn
     print(cfg.total_frames / plain_dqn(cfg)["seconds"])
 else:
     from recipes.dqn_atari import train
@@ -113,6 +114,7 @@ def plain_fps(
         extra = "cfg.dqn.learning_starts_frames = 0\ncfg.dqn.replay_capacity = 50000"
     code = PLAIN.format(
         algo=algo,
+        module="dqn" if algo == "dqn" else "actor_critic",
         threads=threads,
         game=GAME,
         batches=batches,

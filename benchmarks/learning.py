@@ -12,7 +12,7 @@ Atari (one run per call, meant for ``nohup``; both kinds write ``episodes.csv`` 
 
 Both read one recipe ``Config``, parsed from the same flags (``atari_recipe_args``): ``--impl
 accelrl`` runs the recipe itself (``recipes/<algo>_atari.py``) with it, ``--impl plain`` runs
-``benchmarks.plain_loops`` (numpy + PyTorch, no TorchRL) with it (``atari_config``).
+the plain loop (``reference.atari``: numpy + PyTorch, no TorchRL) with it (``atari_config``).
 CartPole mode, the side-by-side table of every algorithm (``benchmarks.learning_cartpole``):
 
     python -m benchmarks.learning cartpole [--algos ...] [--seeds 0 1 2] [--quick] [--json P]
@@ -133,15 +133,18 @@ def run_plain_atari(
 ) -> None:
     import torch
 
-    from benchmarks import plain_loops as pl
+    from reference.atari import Checkpoint, iterations_for
+    from reference.atari_actor_critic import plain_a2c, plain_ppo
+    from reference.atari_dqn import plain_dqn
+    from reference.common import batch_layout
 
     torch.set_num_threads(1)
     cfg = atari_config(algo, game, frames, seed, str(run_dir), extra)
-    checkpoint = pl.Checkpoint(run_dir / "plain_checkpoint.pt", PLAIN_CHECKPOINT_EVERY[algo],
+    checkpoint = Checkpoint(run_dir / "plain_checkpoint.pt", PLAIN_CHECKPOINT_EVERY[algo],
                                str(cfg), resume)  # fmt: skip
-    envs, steps = pl.batch_layout(cfg)
+    envs, steps = batch_layout(cfg)
     per_iter = envs * steps * cfg.env.frameskip
-    iterations = pl.iterations_for(cfg)
+    iterations = iterations_for(cfg)
     (run_dir).mkdir(parents=True, exist_ok=True)
     (run_dir / "settings.txt").write_text(f"{algo} {game} seed {seed} (plain loop)\n{cfg}\n")
     files = EpisodeFiles(run_dir, checkpoint.frames if resume else None)
@@ -158,7 +161,7 @@ def run_plain_atari(
             print(f"{line}episodes {len(files.returns):5d}  last-100 {mean:7.2f}", flush=True)
 
     try:
-        loop = {"ppo": pl.plain_ppo, "a2c": pl.plain_a2c, "dqn": pl.plain_dqn}[algo]
+        loop = {"ppo": plain_ppo, "a2c": plain_a2c, "dqn": plain_dqn}[algo]
         loop(cfg, iterations, threads=2, on_iteration=on_iteration, checkpoint=checkpoint)
     finally:
         files.close()

@@ -4,13 +4,14 @@
         nstep-prioritized c51 rainbow] [--seeds 0 1 2] [--json PATH] [--quick]
         [--plain-epsilon-per-batch] [--plain-fused-adam]
 
-For every algorithm and seed, the plain loop (``benchmarks.plain_classic``: gymnasium vector env,
+For every algorithm and seed, the plain loop (``reference.classic``: gymnasium vector env,
 numpy, PyTorch) and the recipe (``recipes/<algo>_atari.py``'s ``train`` with
 ``env.game = "CartPole-v1"``) train from one and the same recipe ``Config``, built by
-``cartpole_config`` below (the recipe's defaults plus RL-zoo's CartPole settings); one table
-then lists the mean return of the last 100 training episodes, the mean greedy evaluation return
-(``--eval-episodes`` episodes after training) and the wall time of each run, followed by the
-mean over seeds per algorithm and implementation. ``--quick`` runs a tenth of every budget (a
+``reference.cartpole_presets.cartpole_config`` (the recipe's defaults plus RL-zoo's CartPole
+settings, which the CartPole learning tests read too); one table then lists the mean return of
+the last 100 training episodes, the mean greedy evaluation return (``--eval-episodes`` episodes
+after training) and the wall time of each run, followed by the mean over seeds per algorithm
+and implementation. ``--quick`` runs a tenth of every budget (a
 smoke test: the figures mean nothing).
 """
 
@@ -20,7 +21,6 @@ import argparse
 import copy
 import csv
 import dataclasses
-import importlib
 import json
 import math
 import sys
@@ -31,143 +31,10 @@ from typing import Any
 
 import torch
 
-from benchmarks import plain_classic as pc
+from reference.cartpole_presets import KINDS, RECIPES, cartpole_config
+from reference.classic import plain_a2c, plain_dqn, plain_ppo
 
-# --- the settings both implementations read ---------------------------------------------------
-
-KINDS: dict[str, str] = {
-    "ppo": "ppo",
-    "a2c": "a2c",
-    "dqn": "dqn",
-    "double-dueling": "dqn",
-    "double-dueling-nstep": "dqn",
-    "nstep-prioritized": "dqn",
-    "c51": "dqn",
-    "rainbow": "dqn",
-}
-"""algo name -> kind: the recipe ``recipes/<kind>_atari.py`` and the plain loop
-``plain_classic.plain_<kind>``."""
-
-DQN_CARTPOLE = dict(
-    lr=2.3e-3,
-    adam_eps=1e-8,
-    batch_size=64,
-    replay_capacity=100_000,
-    learning_starts_frames=1000,
-    training_intensity=32.0,
-    target_update_interval=128,
-    eps_start=1.0,
-    eps_end=0.04,
-    eps_decay_frames=8000,
-    gamma=0.99,
-    max_grad_norm=10.0,
-    v_min=0.0,
-    v_max=100.0,
-)
-"""RL-zoo's CartPole DQN (``DQNConfig`` fields; outside Atari a frame is an agent step): 8 envs,
-256 transitions a batch, (256, 256) ReLU MLP, 128 updates of batch 64 per batch."""
-
-C51 = dict(distributional=True, atoms=51, v_min=0.0, v_max=100.0)
-DQN_VARIANTS: dict[str, dict] = {
-    "dqn": {},
-    "double-dueling": dict(double=True, dueling=True),
-    # Double Q-learning with 1-step targets peaks below 200 here in both loops (plain loop, seed
-    # 0, 100k steps: best last-100 134-185 with target copies every 32/128/512 updates, Polyak
-    # 0.01, lr 1e-3, gamma 0.98); with 3-step returns and lr 1e-3 it reaches 374 at 50k.
-    "double-dueling-nstep": dict(double=True, dueling=True, n_step=3, lr=1e-3),
-    "nstep-prioritized": dict(n_step=3, prioritized=True),
-    "c51": C51,
-    "rainbow": {**C51, "double": True, "dueling": True, "n_step": 3, "prioritized": True},
-}
-"""The DQN variants run with the same settings and budget (50k transitions). At 100k the plain
-double+dueling loop had fallen back to a last-100 mean of 49 (greedy 109) on seed 0: with this
-learning rate DQN on CartPole peaks and then collapses."""
-
-
-def cartpole_config(
-    algo: str,
-    seed: int = 0,
-    *,
-    quick: bool = False,
-    eval_episodes: int = 10,
-    run_dir: str | None = None,
-    threads: int = 1,
-) -> Any:
-    """The recipe's ``Config`` for ``algo`` on CartPole: the one source of the settings that the
-    recipe and the plain loop both run with (a tenth of the budget with ``quick``). Fields not
-    set here keep the recipe's defaults."""
-    kind = KINDS[algo]
-    cfg = importlib.import_module(f"recipes.{kind}_atari").Config()
-    cfg.env.game = pc.ENV_ID
-    cfg.env.num_envs = 8
-    if kind == "dqn":
-        from accelrl.algos.dqn import DQNConfig
-
-        cfg.collector.steps_per_batch = 256
-        cfg.model.mlp_hidden = (256, 256)
-        cfg.dqn = DQNConfig(**{**DQN_CARTPOLE, **DQN_VARIANTS[algo]})
-        cfg.total_frames = 50_000
-    elif kind == "ppo":
-        from accelrl.algos.ppo import PPOConfig
-
-        cfg.collector.steps_per_batch = 8 * 32
-        cfg.model.mlp_hidden = (64, 64)
-        cfg.ppo = PPOConfig(
-            lr=1e-3,
-            clip_epsilon=0.2,
-            epochs=20,
-            minibatches=1,
-            gamma=0.98,
-            gae_lambda=0.8,
-            entropy_coef=0.0,
-            value_coef=0.5,
-            max_grad_norm=0.5,
-        )  # RL-zoo's CartPole PPO; lr and clip range annealed to 0, clipped value loss
-        cfg.total_frames = 150_000
-    else:
-        from accelrl.algos.a2c import A2CConfig
-
-        cfg.collector.steps_per_batch = 8 * 5
-        cfg.model.mlp_hidden = (64, 64)
-        cfg.a2c = A2CConfig(
-            optimizer="rmsprop",
-            lr=4e-3,
-            rms_alpha=0.99,
-            eps=1e-5,
-            gamma=0.99,
-            gae_lambda=1.0,
-            entropy_coef=0.0,
-            value_coef=0.5,
-            max_grad_norm=0.5,
-        )  # 8 x 5 steps, n-step returns, TF-form RMSprop, lr annealed to 0
-        cfg.total_frames = 150_000
-    if quick:
-        cfg.total_frames //= 10
-    cfg.seed = seed
-    cfg.run_dir = run_dir
-    cfg.device = "cpu"
-    cfg.threads.torch_threads = threads
-    cfg.log.progress = False
-    cfg.log.tensorboard = False
-    cfg.log.eval_episodes = eval_episodes
-    cfg.log.checkpoint_every_frames = 10 * cfg.total_frames  # only the final one
-    return cfg
-
-
-def plain_settings(algo: str, *, quick: bool = False, eval_episodes: int = 10) -> Any:
-    """``cartpole_config`` under its former name (tests/test_dqn.py, tests/test_async.py)."""
-    return cartpole_config(algo, quick=quick, eval_episodes=eval_episodes)
-
-
-def recipe_config(algo: str, cfg: Any, seed: int, run_dir: str, threads: int = 1) -> Any:
-    """A copy of ``cartpole_config``'s ``cfg`` with a seed, run folder and torch threads (the
-    former signature, for tests/test_dqn.py and tests/test_async.py)."""
-    cfg = copy.deepcopy(cfg)
-    cfg.seed, cfg.run_dir, cfg.threads.torch_threads = seed, run_dir, threads
-    return cfg
-
-
-PLAIN_LOOPS = {"dqn": pc.plain_dqn, "ppo": pc.plain_ppo, "a2c": pc.plain_a2c}
+PLAIN_LOOPS = {"dqn": plain_dqn, "ppo": plain_ppo, "a2c": plain_a2c}
 
 
 # --- runs -------------------------------------------------------------------------------------
@@ -183,7 +50,7 @@ def run_plain(
 
 
 def run_recipe(algo: str, cfg: Any) -> dict:
-    train = importlib.import_module(f"recipes.{KINDS[algo]}_atari").train
+    train = RECIPES[KINDS[algo]].train
     with tempfile.TemporaryDirectory(prefix=f"cartpole-{algo}-s{cfg.seed}-") as tmp:
         cfg = copy.deepcopy(cfg)
         cfg.run_dir = str(Path(tmp) / "run")

@@ -23,8 +23,8 @@ per round; the median of the paired ratios is the figure.
 
 CleanRL and rlpyt are not run here: CleanRL's newest release on PyPI (1.2.0) needs Python < 3.11
 with ale-py 0.7.4 or envpool < 0.7 (no wheels for Python 3.11, and envpool 1.x dropped the gym
-API its script uses); rlpyt is not packaged. ``benchmarks/plain_loops.py`` is the single-file
-reference in every other row.
+API its script uses); rlpyt is not packaged. The plain loops of ``reference/atari*.py`` are the
+single-file reference in every other row.
 """
 
 from __future__ import annotations

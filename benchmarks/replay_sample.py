@@ -6,7 +6,7 @@ intensity 32), so each step's fixed costs decide its learner speed (``benchmarks
 torch thread, the same random CartPole transitions (4 simulators, 10k steps) in
 
 - ``accelrl.replay.FrameReplay`` (the recipe's: frame-deduplicated rows, n-step windows,
-  TorchRL's sum-tree sampler) and the plain loop's NumPy ring (``benchmarks.plain_classic``);
+  TorchRL's sum-tree sampler) and the plain loop's NumPy ring (``reference.classic``);
 - ``sample``: drawing a batch of 64;
 - ``step``: a sample and one gradient step: ``accelrl.algos.dqn.DQN.update`` (non-finite guard,
   metrics, target counter) against the plain loop's update (256x256 ReLU MLP, fused Adam on
@@ -36,7 +36,7 @@ from accelrl.config import EnvConfig
 from accelrl.envs import make_env
 from accelrl.replay import FrameReplay
 from benchmarks.common import machine_info, write_json
-from benchmarks.plain_classic import QNet, Replay
+from reference.classic import QNet, Replay
 
 NUM_ENVS, STEPS, BATCH = 4, 2500, 64
 SETTINGS = DQNConfig(
@@ -82,7 +82,7 @@ def filled_replays(td) -> tuple[FrameReplay, Replay]:
 
 
 def plain_step(replay: Replay) -> Callable[[], None]:
-    """The plain loop's gradient step (``benchmarks.plain_classic.plain_dqn``), fused Adam."""
+    """The plain loop's gradient step (``reference.classic.plain_dqn``), fused Adam."""
     online = QNet(4, 2, (256, 256), dueling=False, atoms=1)
     target = copy.deepcopy(online).requires_grad_(False)
     opt = torch.optim.Adam(online.parameters(), lr=SETTINGS.lr, eps=SETTINGS.adam_eps, fused=True)

@@ -20,7 +20,7 @@ rounds) and the target, with ``MISSED`` where the target is not met:
   ``1 / (1/env_rate + inference_s_per_step)`` per round. Targets: >= 0.9 x ceiling and >= 4 x
   TorchRL's reference for every accelrl kind.
 - train (first game): each recipe's ``train(cfg)`` against a plain PyTorch loop with the same
-  simulators, network and hyperparameters (``benchmarks.plain_loops``), frames/s after warm-up
+  simulators, network and hyperparameters (``reference.atari``), frames/s after warm-up
   iterations (``benchmarks.train_throughput``), the plain loop at the recipe's collection
   share of torch threads and at its update count, the faster taken. Target: >= 1.0 x plain.
 - minatar: agent steps/s (= frames/s) of accelrl's MinAtar env (``MinAtar/Breakout``, 64

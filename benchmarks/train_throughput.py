@@ -1,5 +1,5 @@
 """Training-loop throughput: each recipe's ``train(cfg)`` against a plain PyTorch loop
-(``benchmarks.plain_loops``) with the same simulators, network and hyperparameters: both run
+(``reference.atari``) with the same simulators, network and hyperparameters: both run
 from the one recipe ``Config`` that ``make_config`` builds (the plain loop reads it too).
 
 Each recipe runs in this process through its importable ``train(cfg)`` with a temporary run
@@ -7,7 +7,7 @@ folder, no TensorBoard, no progress bar, no evaluation episodes and no checkpoin
 final one, for a fixed number of iterations (batches). Setup is excluded by reading the run's
 ``metrics.csv``: one row per update with the frames so far and the seconds since the run's
 logger started, so frames/s is taken between the row that ends the warm-up iterations and the
-last row (``plain_loops.steady_fps``; the plain loops record the same per iteration). The
+last row (``reference.atari.steady_fps``; the plain loops record the same per iteration). The
 first iterations hold the collector's start (worker processes), allocator warm-up and, for
 DQN, the batches before learning starts; the final checkpoint is written after the last row.
 
@@ -35,7 +35,9 @@ from typing import Any
 import torch
 
 from benchmarks.common import cores, median, median_ratio
-from benchmarks.plain_loops import Record, plain_a2c, plain_dqn, plain_ppo, steady_fps
+from reference.atari import Record, steady_fps
+from reference.atari_actor_critic import plain_a2c, plain_ppo
+from reference.atari_dqn import plain_dqn
 
 
 @dataclass

@@ -50,27 +50,11 @@ def _slurm_marker_needs_cluster(request: pytest.FixtureRequest) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Files that hold slow tests run first, each file kept in one piece. Under pytest-xdist
-    (``-n 2 --dist loadfile``, as CI runs) a worker takes a whole file at a time: the long files
-    start at once and the short ones fill in around them, instead of one long file running
-    alone at the end."""
+    """Files that hold slow tests run first, each file kept in one piece, so that one long file
+    does not run alone at the end. In one process that is the order of the run. Under
+    pytest-xdist with ``--dist loadfile`` (as CI runs, ``-n 2``) a worker takes a whole file at
+    a time, but pytest-xdist (3.8 here) hands the files out by their number of tests, most
+    first, unless ``--no-loadscope-reorder`` is given: only then do the long files start at once
+    with the short ones filling in around them."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
     items.sort(key=lambda item: item.path not in slow_files)
-
-
-def count_batches(run):
-    """``run()``'s result and the number of batches the run counted during it."""
-    from accelrl.progress import Progress as Run
-
-    real = Run.collected
-    count = {"n": 0}
-
-    def collected(self, batch):
-        count["n"] += 1
-        return real(self, batch)
-
-    Run.collected = collected
-    try:
-        return run(), count["n"]
-    finally:
-        Run.collected = real

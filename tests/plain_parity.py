@@ -1,4 +1,4 @@
-"""One Breakout batch seen by a recipe's update and by its plain loop (benchmarks.plain_loops):
+"""One Breakout batch seen by a recipe's update and by its plain loop (reference.atari):
 the helpers of the by-construction parity tests in test_a2c.py and test_ppo.py.
 
 Both sides run in float64 (``tests.numerics.float64()`` around building the agent). In
@@ -15,6 +15,7 @@ absolutely. ``TOL`` sits above that and far below what the breaks these tests ca
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -23,7 +24,9 @@ from torch import nn
 
 from accelrl.config import EnvConfig
 from accelrl.envs import make_env
-from benchmarks import plain_loops as pl
+from reference.atari import ActorCritic
+from reference.atari_actor_critic import Rollout
+from tests.numerics import float64
 
 TOL = dict(rtol=1e-6, atol=1e-9)
 """Float64 tolerance of the parity tests (see the module docstring)."""
@@ -61,12 +64,26 @@ def breakout_batch(policy: nn.Module, envs: int, steps: int) -> TensorDictBase:
     return batch
 
 
-def plain_twin(model: nn.Module) -> tuple[pl.ActorCritic, list[nn.Parameter]]:
+def recipe_and_plain(
+    make_agent: Callable[..., Any], cfg: Any, steps: int
+) -> tuple[Any, TensorDictBase, ActorCritic, list[nn.Parameter]]:
+    """The recipe's agent (``make_agent(cfg, ...)``) for Breakout frames, built in float64; a
+    ``[4, steps]`` ``breakout_batch`` collected with its policy; the plain loop's twin of its
+    actor-critic and its parameters in the plain order (``plain_twin``)."""
+    spec = {**SPEC, "num_actions": num_actions()}
+    with float64():
+        agent = make_agent(cfg, spec, torch.device("cpu"))
+    batch = breakout_batch(agent.collect_policy, envs=4, steps=steps)
+    plain, ours = plain_twin(agent.model)
+    return agent, batch, plain, ours
+
+
+def plain_twin(model: nn.Module) -> tuple[ActorCritic, list[nn.Parameter]]:
     """The plain loop's actor-critic with ``model``'s weights (an ``ActorValueOperator`` from
     ``accelrl.models.make_actor_critic``), and ``model``'s parameters in the plain order."""
     ours = [*model[0].parameters(), *model.get_policy_head().parameters(),
             *model.get_value_head().parameters()]  # fmt: skip
-    plain = pl.ActorCritic(ours[-4].shape[0]).to(ours[0].dtype)
+    plain = ActorCritic(ours[-4].shape[0]).to(ours[0].dtype)
     assert [p.shape for p in ours] == [p.shape for p in plain.parameters()]
     with torch.no_grad():
         for mine, theirs in zip(ours, plain.parameters(), strict=True):
@@ -74,7 +91,7 @@ def plain_twin(model: nn.Module) -> tuple[pl.ActorCritic, list[nn.Parameter]]:
     return plain, ours
 
 
-def plain_view(batch: TensorDictBase, plain: pl.ActorCritic, a: Any) -> tuple[torch.Tensor, ...]:
+def plain_view(batch: TensorDictBase, plain: ActorCritic, a: Any) -> tuple[torch.Tensor, ...]:
     """What the plain loop computes from ``batch`` (time first; life loss folded into term and
     done; truncated rows bootstrapped from their final frame): ``(obs, actions, log-probs,
     advantages, returns, values)`` of ``[N]`` steps, with ``a``'s gamma and lambda."""
@@ -88,7 +105,7 @@ def plain_view(batch: TensorDictBase, plain: pl.ActorCritic, a: Any) -> tuple[to
     def time_first(x: torch.Tensor) -> torch.Tensor:
         return x.squeeze(-1).transpose(0, 1).to(dtype)
 
-    rollout = pl.Rollout.__new__(pl.Rollout)
+    rollout = Rollout.__new__(Rollout)
     rollout.steps = steps
     rollout.rewards = time_first(nxt.get("reward"))
     rollout.terms = time_first(nxt.get("terminated") | lost)

@@ -9,8 +9,10 @@ from accelrl.algos.a2c import A2C, A2CConfig
 from accelrl.config import EnvConfig
 from accelrl.envs import make_env
 from accelrl.models import make_actor_critic
-from recipes.a2c_atari import Config, train
-from tests.conftest import count_batches
+from recipes.a2c_atari import Config, make_agent, train
+from reference.atari_actor_critic import a2c_loss
+from tests import plain_parity
+from tests.helpers import cartpole_recipe_config, count_batches
 
 
 def test_one_update_moves_every_parameter_and_reports_metrics():
@@ -50,15 +52,7 @@ def test_a2c_learns_cartpole(tmp_path, capsys):
     # Seeds 0, 1, 2 reached a last-100 mean of 499-500 by 120k-130k of the 150k steps and
     # greedy evaluation returns of 500 (docs/recipes/a2c.md). PyTorch's RMSprop form instead
     # climbed to ~250 and collapsed (see accelrl.optim.RMSpropTF).
-    cfg = Config(total_frames=150_000, seed=0, run_dir=str(tmp_path / "run"))
-    cfg.env.game = "CartPole-v1"
-    cfg.env.num_envs = 8
-    cfg.collector.steps_per_batch = 40
-    cfg.a2c = A2CConfig(optimizer="rmsprop", lr=4e-3, entropy_coef=0.0)
-    cfg.log.progress = False
-    cfg.log.tensorboard = False
-    cfg.log.eval_episodes = 4
-    summary = train(cfg)
+    summary = train(cartpole_recipe_config(Config, "a2c", tmp_path / "run", eval_episodes=4))
     with capsys.disabled():
         print(f"\n  a2c seed 0: last-100 {summary['mean_return_100']:.1f}, "
               f"greedy {summary['eval/greedy_return']:.1f}")  # fmt: skip
@@ -81,25 +75,16 @@ def test_tf_rmsprop_matches_its_formula():
 
 @pytest.mark.numerics
 def test_an_atari_update_matches_the_plain_loop_on_the_same_batch():
-    """By construction: the recipe's A2C update and the plain loop's (benchmarks.plain_loops:
+    """By construction: the recipe's A2C update and the plain loop's (reference.atari_actor_critic:
     ``Rollout.advantages`` and ``a2c_loss``) on one Breakout batch with a lost life, a game
     over and a truncation in it, from the same weights, give the same clipped gradients and
     the same weights after the optimizer step. Both run in float64 (tests/plain_parity.py)."""
-    from benchmarks import plain_loops as pl
-    from recipes.a2c_atari import make_agent
-    from tests import plain_parity
-    from tests.numerics import float64
-
     torch.manual_seed(0)
     cfg = Config()
-    spec = {**plain_parity.SPEC, "num_actions": plain_parity.num_actions()}
-    with float64():
-        a2c = make_agent(cfg, spec, torch.device("cpu"))
-    batch = plain_parity.breakout_batch(a2c.collect_policy, envs=4, steps=6)
-    plain, ours = plain_parity.plain_twin(a2c.model)
+    a2c, batch, plain, ours = plain_parity.recipe_and_plain(make_agent, cfg, steps=6)
     a = cfg.a2c
     obs, actions, _, _, returns, _ = plain_parity.plain_view(batch, plain, a)
-    pl.a2c_loss(plain, obs, actions, returns, a).backward()
+    a2c_loss(plain, obs, actions, returns, a).backward()
     plain_norm = torch.nn.utils.clip_grad_norm_(plain.parameters(), a.max_grad_norm)
     torch.optim.Adam(plain.parameters(), lr=a.lr, eps=a.eps).step()
 

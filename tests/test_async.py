@@ -2,6 +2,7 @@
 shutdown, and APPO / asynchronous DQN learning CartPole."""
 
 import csv
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -11,14 +12,14 @@ import torch
 from tensordict.nn import TensorDictSequential
 
 from accelrl.algos.dqn import DQNConfig
-from accelrl.algos.ppo import APPOConfig
 from accelrl.collect import make_collector, plan_threads
 from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig
 from accelrl.models import make_actor_critic
 from accelrl.samplers import VersionStamp, policy_lag
 from accelrl.validate import ConfigError, validate_common
 from recipes import appo_atari, dqn_atari
-from tests.test_ppo import CARTPOLE_PPO
+from reference.cartpole_presets import cartpole_config
+from tests.helpers import cartpole_recipe_config, first_episodes_mean
 
 
 def child_pids() -> set[int]:
@@ -139,14 +140,11 @@ def test_shutdown_leaves_no_worker_process(kind):
 
 
 def appo_cartpole(run_dir, total_frames, **appo) -> appo_atari.Config:
-    cfg = appo_atari.Config(total_frames=total_frames, seed=0, run_dir=str(run_dir))
-    cfg.env.game = "CartPole-v1"
-    cfg.env.num_envs = 8
-    cfg.collector.steps_per_batch = 256
-    cfg.appo = APPOConfig(**CARTPOLE_PPO, **appo)
-    cfg.log.progress = False
-    cfg.log.tensorboard = False
-    cfg.log.eval_episodes = 2
+    """The CartPole PPO settings (``reference.cartpole_presets``) for APPO, with ``appo``'s
+    values over them, at ``total_frames`` steps, seed 0."""
+    cfg = cartpole_recipe_config(appo_atari.Config, "appo", run_dir, eval_episodes=2)
+    cfg.total_frames = total_frames
+    cfg.appo = dataclasses.replace(cfg.appo, **appo)
     return cfg
 
 
@@ -240,11 +238,8 @@ def test_appo_without_vtrace_learns_cartpole(tmp_path, capsys):
 def test_async_dqn_learns_cartpole(tmp_path, capsys):
     """Prioritized 3-step DQN collecting in a background thread, with the parity benchmark's
     CartPole settings (RL-zoo: intensity 32, held by the throttle) at 60k steps."""
-    from benchmarks.learning_cartpole import plain_settings, recipe_config
-    from tests.test_dqn import first_episodes_mean
-
     run = tmp_path / "run"
-    cfg = recipe_config("nstep-prioritized", plain_settings("nstep-prioritized"), 0, str(run))
+    cfg = cartpole_config("nstep-prioritized", 0, run_dir=str(run))
     cfg.dqn.asynchronous = True
     cfg.total_frames = 60_000
     summary = dqn_atari.train(cfg)

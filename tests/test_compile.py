@@ -12,6 +12,7 @@ from accelrl.algos.a2c import A2C, A2CConfig
 from accelrl.algos.common import advantages, total_loss
 from accelrl.algos.dqn import DQN
 from accelrl.algos.ppo import PPO, PPOConfig
+from tests.helpers import grads
 from tests.numerics import TIGHT, float64
 from tests.test_dqn_math import fixed_batch, make_dqn
 from tests.test_ppo import cartpole_rollout
@@ -21,10 +22,6 @@ pytestmark = pytest.mark.slow
 # Compiled kernels sum in other orders than eager ones (fusion): the comparisons run in float64
 # (tests.numerics), where that leaves ~1e-15 on any host, so TIGHT holds everywhere.
 TOL = TIGHT
-
-
-def grads(params) -> list[torch.Tensor]:
-    return [p.grad.clone() for p in params]
 
 
 @pytest.mark.numerics

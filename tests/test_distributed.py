@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 CARTPOLE = [
     "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch", "64",
@@ -22,14 +24,6 @@ CARTPOLE = [
 
 def summaries(stdout: str) -> list[dict]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_two_ranks_train_on_identical_weights_and_count_all_frames(tmp_path):

@@ -6,7 +6,6 @@ the step)."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from datetime import timedelta
 
@@ -15,13 +14,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from tests.helpers import free_port
 from tests.numerics import TIGHT
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def model_and_batch() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:

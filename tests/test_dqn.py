@@ -25,7 +25,8 @@ from accelrl.progress import Progress
 from accelrl.replay import FrameReplay
 from accelrl.validate import ConfigError
 from recipes.dqn_atari import Config, resolve, train
-from tests.conftest import count_batches
+from reference.cartpole_presets import cartpole_config
+from tests.helpers import count_batches, first_episodes_mean
 
 
 def test_rainbow_preset_turns_everything_on_and_explicit_flags_win():
@@ -301,10 +302,8 @@ def test_atari_rainbow_run_with_memmap_replay(tmp_path):
 
 def cartpole_run(algo: str, seed: int, run_dir) -> dict:
     """The recipe with the learning-parity benchmark's settings for ``algo`` (the same values
-    its plain loop runs with: ``benchmarks.learning_cartpole.SETTINGS``)."""
-    from benchmarks.learning_cartpole import plain_settings, recipe_config
-
-    cfg = recipe_config(algo, plain_settings(algo, eval_episodes=10), seed, str(run_dir))
+    its plain loop runs with: ``reference.cartpole_presets.cartpole_config``)."""
+    cfg = cartpole_config(algo, seed, eval_episodes=10, run_dir=str(run_dir))
     summary = train(cfg)
     first = first_episodes_mean(run_dir)
     print(
@@ -314,13 +313,6 @@ def cartpole_run(algo: str, seed: int, run_dir) -> dict:
     return {**summary, "first_100": first}
 
 
-def first_episodes_mean(run_dir, n: int = 100) -> float:
-    import csv
-
-    rows = list(csv.DictReader(open(run_dir / "episodes.csv")))[:n]
-    return sum(float(r["return"]) for r in rows) / len(rows)
-
-
 @pytest.mark.slow
 def test_dqn_learns_cartpole_as_well_as_the_plain_loop(tmp_path, capsys):
     """RL-zoo settings, 50k steps, seeds 0-2, judged over the three seeds together.
@@ -328,7 +320,7 @@ def test_dqn_learns_cartpole_as_well_as_the_plain_loop(tmp_path, capsys):
     At lr 2.3e-3 DQN on CartPole is chaotic: a change at float-rounding level (PyTorch's fused
     Adam kernel instead of its foreach one) moved seed 0's last-100 from 231 to 67 and seeds
     1-2 from 281 / 278 to 264 / 264. With epsilon lowered every step (both sides), over seeds
-    0-11 the plain loop (benchmarks.plain_classic) ended at 200-330 (mean 253), 139-306 with
+    0-11 the plain loop (reference.classic) ended at 200-330 (mean 253), 139-306 with
     the recipe's fused Adam (mean 228), accelrl at 107-302 (mean 213; seeds 0-2: 244 / 236 /
     230, docs/results/learning.md). Before the ReLU Q-network the recipe
     ended at 70 / 76 on seeds 0 / 1 and never passed ~155; with a target network that never

@@ -24,6 +24,7 @@ from tensordict import TensorDict
 
 from accelrl.algos.dqn import DQN, DQNConfig
 from accelrl.models import QNetwork
+from tests.helpers import grads
 from tests.numerics import TIGHT, float64
 
 pytestmark = pytest.mark.numerics
@@ -124,10 +125,6 @@ def hand_q_loss(dqn: DQN, td: TensorDict, double: bool, weight: torch.Tensor | N
     per_sample = F.smooth_l1_loss(q, y, reduction="none")
     loss = (per_sample * weight).mean() if weight is not None else per_sample.mean()
     return loss, (q - y).detach().abs()
-
-
-def grads(params) -> list[torch.Tensor]:
-    return [p.grad.detach().clone() for p in params]
 
 
 @pytest.mark.parametrize("double", [False, True], ids=["dqn", "double"])

@@ -12,6 +12,10 @@ import numpy as np
 import pytest
 
 from benchmarks import learning, learning_cartpole
+from reference import atari_actor_critic, atari_dqn, classic
+from reference.atari import iterations_for
+from reference.cartpole_presets import KINDS, cartpole_config
+from reference.common import batch_layout
 
 DQN_FLAGS = {  # (double, dueling, n_step, prioritized, distributional)
     "dqn": (False, False, 1, False, False),
@@ -25,19 +29,15 @@ DQN_FLAGS = {  # (double, dueling, n_step, prioritized, distributional)
 
 def test_cartpole_config_holds_every_setting_once():
     """One recipe ``Config`` per algorithm carries RL-zoo's CartPole settings; the recipe run
-    and the plain loop both take it (the former helper names return the same config)."""
-    assert set(learning_cartpole.KINDS) == {"ppo", "a2c", *DQN_FLAGS}
-    for algo, kind in learning_cartpole.KINDS.items():
-        cfg = learning_cartpole.cartpole_config(algo, seed=3, eval_episodes=7, run_dir="unused")
+    and the plain loop both take it."""
+    assert set(KINDS) == {"ppo", "a2c", *DQN_FLAGS}
+    for algo, kind in KINDS.items():
+        cfg = cartpole_config(algo, seed=3, eval_episodes=7, run_dir="unused")
         assert type(cfg).__module__ == f"recipes.{kind}_atari"
         assert (cfg.seed, cfg.run_dir, cfg.device, cfg.log.eval_episodes) == (3, "unused", "cpu", 7)
         assert (cfg.env.game, cfg.env.num_envs) == ("CartPole-v1", 8)
-        quick = learning_cartpole.cartpole_config(algo, quick=True)
+        quick = cartpole_config(algo, quick=True)
         assert quick.total_frames == cfg.total_frames // 10
-        shim = learning_cartpole.recipe_config(
-            algo, learning_cartpole.plain_settings(algo, eval_episodes=7), 3, "unused"
-        )
-        assert shim == cfg
         if kind == "dqn":
             d = cfg.dqn
             assert cfg.total_frames == 50_000 and cfg.collector.steps_per_batch == 256
@@ -77,8 +77,6 @@ def test_a_recipe_config_change_reaches_the_plain_loop(monkeypatch):
     training intensity changes what it does."""
     import torch
 
-    from benchmarks import plain_classic
-
     lrs: list[float] = []
     updates: list[int] = []
     clip = torch.nn.utils.clip_grad_norm_
@@ -96,33 +94,31 @@ def test_a_recipe_config_change_reaches_the_plain_loop(monkeypatch):
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", counting_clip)
     counts = {}
     for starts in (0, 300):
-        cfg = learning_cartpole.cartpole_config("dqn", eval_episodes=0)
+        cfg = cartpole_config("dqn", eval_episodes=0)
         cfg.total_frames = 512  # two batches of 256 steps
         cfg.dqn.lr = 1e-3
         cfg.dqn.training_intensity = 1.0  # 256 / 64 = 4 updates a batch
         cfg.dqn.learning_starts_frames = starts
         updates.clear()
-        plain_classic.plain_dqn(cfg)
+        classic.plain_dqn(cfg)
         counts[starts] = len(updates)
     assert lrs == [1e-3, 1e-3]
     assert counts == {0: 8, 300: 4}
 
 
 def test_plain_loops_refuse_what_they_do_not_implement():
-    from benchmarks import plain_classic, plain_loops
-
-    cfg = learning_cartpole.cartpole_config("a2c")
+    cfg = cartpole_config("a2c")
     cfg.a2c.optimizer = "adam"
     with pytest.raises(ValueError, match="a2c.optimizer='adam'"):
-        plain_classic.plain_a2c(cfg)
+        classic.plain_a2c(cfg)
     atari = learning.atari_config("a2c", "Pong", 1000, seed=0)
     atari.a2c.life_loss_boundary = False
     with pytest.raises(ValueError, match="a2c.life_loss_boundary=False"):
-        plain_loops.plain_a2c(atari)
+        atari_actor_critic.plain_a2c(atari)
     atari = learning.atari_config("dqn", "Pong", 1000, seed=0)
     atari.dqn.tau = 0.005
     with pytest.raises(ValueError, match="dqn.tau=0.005"):
-        plain_loops.plain_dqn(atari)
+        atari_dqn.plain_dqn(atari)
 
 
 def test_atari_parity_runs_read_one_config():
@@ -132,7 +128,6 @@ def test_atari_parity_runs_read_one_config():
     from accelrl.algos.dqn import DQNConfig
     from accelrl.algos.ppo import PPOConfig
     from accelrl.config import EnvConfig
-    from benchmarks.plain_loops import batch_layout, iterations_for
 
     layouts = {"ppo": (8, 128), "a2c": (16, 5), "dqn": (8, 4)}
     for algo, layout in layouts.items():
@@ -193,19 +188,20 @@ def test_compare_reads_both_kinds_and_writes_curves(tmp_path):
 def test_plain_a2c_loop_resumes_from_its_checkpoint(tmp_path):
     import torch
 
-    from benchmarks import plain_loops as pl
+    from reference.atari import Checkpoint
+    from reference.atari_actor_critic import plain_a2c
 
     cfg = learning.atari_config("a2c", "Pong", 10_000, seed=0, run_dir=str(tmp_path))
-    envs, steps = pl.batch_layout(cfg)
+    envs, steps = batch_layout(cfg)
     per_iter = envs * steps * cfg.env.frameskip
     path = tmp_path / "plain_checkpoint.pt"
-    first = pl.plain_a2c(cfg, 2, checkpoint=pl.Checkpoint(path, per_iter, str(cfg), False))
+    first = plain_a2c(cfg, 2, checkpoint=Checkpoint(path, per_iter, str(cfg), False))
     assert torch.load(path, weights_only=True)["frames"] == 2 * per_iter == first[-1][0]
     with pytest.raises(SystemExit, match="--resume"):  # a finished or killed run is not redone
-        pl.Checkpoint(path, per_iter, str(cfg), resume=False)
+        Checkpoint(path, per_iter, str(cfg), resume=False)
     with pytest.raises(SystemExit, match="other settings"):
-        pl.Checkpoint(path, per_iter, str(cfg).replace("seed=0", "seed=1"), resume=True)
-    resumed = pl.plain_a2c(cfg, 4, checkpoint=pl.Checkpoint(path, per_iter, str(cfg), True))
+        Checkpoint(path, per_iter, str(cfg).replace("seed=0", "seed=1"), resume=True)
+    resumed = plain_a2c(cfg, 4, checkpoint=Checkpoint(path, per_iter, str(cfg), True))
     # The resumed loop runs batches 3 and 4 only, on the restored optimizer (Adam's step count
     # goes on from 2), and saves again.
     assert [f for f, _ in resumed] == [3 * per_iter, 4 * per_iter]
@@ -235,19 +231,20 @@ def test_episode_files_resume_drops_the_rows_after_the_checkpoint(tmp_path):
 def test_plain_dqn_loop_resumes_with_its_replay_target_and_rng(tmp_path):
     import torch
 
-    from benchmarks import plain_loops as pl
+    from reference.atari import Checkpoint
+    from reference.atari_dqn import plain_dqn
 
     flags = ["--dqn.replay-capacity", "512", "--dqn.learning-starts-frames", "64",
              "--dqn.prioritized"]  # fmt: skip
     cfg = learning.atari_config("dqn", "Pong", 10_000, 0, str(tmp_path), flags)
-    envs, steps = pl.batch_layout(cfg)
+    envs, steps = batch_layout(cfg)
     per_iter = envs * steps * cfg.env.frameskip
     upi = cfg.dqn.training_intensity * envs * steps // cfg.dqn.batch_size  # updates per batch
     # The target is copied after the 2nd batch's updates, just before the save, and not again
     # in the 3rd batch.
     cfg.dqn.target_update_interval = 2 * upi
     path = tmp_path / "plain_checkpoint.pt"
-    pl.plain_dqn(cfg, 2, checkpoint=pl.Checkpoint(path, per_iter, str(cfg), False))
+    plain_dqn(cfg, 2, checkpoint=Checkpoint(path, per_iter, str(cfg), False))
     first = torch.load(path, weights_only=True)
     saved = first["extra"]
     assert first["frames"] == 2 * per_iter
@@ -256,10 +253,10 @@ def test_plain_dqn_loop_resumes_with_its_replay_target_and_rng(tmp_path):
     assert all(torch.equal(v, first["model"][k]) for k, v in saved["target"].items())
 
     # Nothing left to run: the restore alone (numpy's RNG, which the replay samples with).
-    pl.plain_dqn(cfg, 2, checkpoint=pl.Checkpoint(path, 1, str(cfg), True))
+    plain_dqn(cfg, 2, checkpoint=Checkpoint(path, 1, str(cfg), True))
     assert np.array_equal(np.random.get_state()[1], saved["np_rng"].numpy().astype(np.uint32))
 
-    resumed = pl.plain_dqn(cfg, 3, checkpoint=pl.Checkpoint(path, per_iter, str(cfg), True))
+    resumed = plain_dqn(cfg, 3, checkpoint=Checkpoint(path, per_iter, str(cfg), True))
     assert [f for f, _ in resumed] == [3 * per_iter]
     last = torch.load(path, weights_only=True)["extra"]
     replay = last["replay"]

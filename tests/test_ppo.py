@@ -11,7 +11,10 @@ from accelrl.algos.ppo import PPO, PPOConfig
 from accelrl.config import EnvConfig
 from accelrl.envs import make_env
 from accelrl.models import make_actor_critic
-from recipes.ppo_atari import Config, train
+from recipes.ppo_atari import Config, make_agent, train
+from reference.atari_actor_critic import ppo_phase
+from tests import plain_parity
+from tests.helpers import cartpole_recipe_config
 
 
 def cartpole_rollout(steps: int = 120):
@@ -104,37 +107,12 @@ def test_minibatches_carry_only_what_the_loss_reads():
     assert all(keys == expected | {"state_value"} for keys in seen), seen[0]
 
 
-CARTPOLE_PPO = dict(
-    lr=1e-3,
-    clip_epsilon=0.2,
-    epochs=20,
-    minibatches=1,
-    gamma=0.98,
-    gae_lambda=0.8,
-    entropy_coef=0.0,
-)
-"""PPO hyperparameters for CartPole (as tuned in rl-baselines3-zoo); APPO's tests use them too."""
-
-
-def cartpole_config(run_dir, seed: int) -> Config:
-    """PPO hyperparameters for CartPole (as tuned in rl-baselines3-zoo) at a 150k-step budget."""
-    cfg = Config(total_frames=150_000, seed=seed, run_dir=str(run_dir))
-    cfg.env.game = "CartPole-v1"
-    cfg.env.num_envs = 8
-    cfg.collector.steps_per_batch = 256
-    cfg.ppo = PPOConfig(**CARTPOLE_PPO)
-    cfg.log.progress = False
-    cfg.log.tensorboard = False
-    cfg.log.eval_episodes = 4
-    return cfg
-
-
 @pytest.mark.slow
 def test_ppo_learns_cartpole(tmp_path, capsys):
     # Seeds 0, 1, 2 at 150k steps all reached a last-100 mean of 500 (the maximum) and greedy
     # evaluation returns of 500; at 100k steps two seeds stopped at 441 and 444 (with a
     # shared actor-critic MLP), hence the budget.
-    summary = train(cartpole_config(tmp_path / "run", seed=0))
+    summary = train(cartpole_recipe_config(Config, "ppo", tmp_path / "run", eval_episodes=4))
     with capsys.disabled():
         print(f"\n  ppo seed 0: last-100 {summary['mean_return_100']:.1f}, "
               f"greedy {summary['eval/greedy_return']:.1f}")  # fmt: skip
@@ -146,30 +124,21 @@ def test_ppo_learns_cartpole(tmp_path, capsys):
 @pytest.mark.numerics
 @pytest.mark.parametrize("lr,clips", [(1e-2, "ratios"), (2.5e-4, "values")])
 def test_an_atari_update_matches_the_plain_loop_on_the_same_batch(lr, clips):
-    """By construction: the recipe's PPO phase and the plain loop's (benchmarks.plain_loops:
+    """By construction: the recipe's PPO phase and the plain loop's (reference.atari_actor_critic:
     ``Rollout.advantages`` and ``ppo_phase``) on one Breakout batch with a lost life, a game
     over and a truncation, from the same weights, at 80% of the schedule (learning rate and
     clip range at a fifth), give the same weights and metrics after four epochs of one
     minibatch (both see the same samples). At 40x the default learning rate the later epochs
     clip ratios; at the default one, values (a value clip left at the initial range moves the
     weights by 2e-4). Both run in float64 (tests/plain_parity.py says why)."""
-    from benchmarks import plain_loops as pl
-    from recipes.ppo_atari import make_agent
-    from tests import plain_parity
-    from tests.numerics import float64
-
     torch.manual_seed(0)
     cfg = Config()
     cfg.ppo.epochs, cfg.ppo.minibatches, cfg.ppo.lr = 4, 1, lr
-    spec = {**plain_parity.SPEC, "num_actions": plain_parity.num_actions()}
-    with float64():
-        ppo = make_agent(cfg, spec, torch.device("cpu"))
-    batch = plain_parity.breakout_batch(ppo.collect_policy, envs=4, steps=8)
-    plain, ours = plain_parity.plain_twin(ppo.model)
+    ppo, batch, plain, ours = plain_parity.recipe_and_plain(make_agent, cfg, steps=8)
     p = cfg.ppo
     opt = torch.optim.Adam(plain.parameters(), lr=p.lr * 0.2, eps=p.adam_eps)
     view = plain_parity.plain_view(batch, plain, p)
-    stats = pl.ppo_phase(plain, opt, view, p, p.clip_epsilon * 0.2) / p.epochs
+    stats = ppo_phase(plain, opt, view, p, p.clip_epsilon * 0.2) / p.epochs
     kl, clipped, grad_norm = stats.tolist()
 
     metrics = ppo.update(batch, progress=0.8)

@@ -219,7 +219,7 @@ class ScheduledEGreedy(EGreedyModule):
     forward pass (interaction type RANDOM, which collectors set) takes epsilon from the schedule
     at ``frames`` and then adds its batch's agent steps times ``frames_per_step`` (frame skip
     times data-parallel ranks, each rank's simulators standing for its share). So epsilon falls
-    step by step, as in CleanRL and Stable-Baselines3 and ``benchmarks.plain_classic``.
+    step by step, as in CleanRL and Stable-Baselines3 and ``reference.classic``.
 
     ``frames`` is a buffer, so collector workers share it: TorchRL puts a CPU policy's
     parameters and buffers in shared memory (``MultiSyncCollector`` workers' counts add up), and

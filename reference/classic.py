@@ -16,7 +16,7 @@ same settings and seeds.
   TensorFlow-form RMSprop per batch.
 
 Every loop takes the recipe's own ``Config`` (``recipes/<algo>_atari.py``: plain dataclasses,
-built for CartPole by ``benchmarks.learning_cartpole.cartpole_config``) and reads its settings
+built for CartPole by ``reference.cartpole_presets.cartpole_config``) and reads its settings
 there, as the recipe does: ``cfg.env`` (game, simulators), ``cfg.collector.steps_per_batch``,
 ``cfg.model.mlp_hidden``, the algorithm's section (``cfg.dqn``, ``cfg.ppo``, ``cfg.a2c``),
 ``cfg.total_frames`` (a frame is an agent step outside Atari), ``cfg.seed`` and
@@ -29,30 +29,36 @@ one (CartPole's 500-step limit) bootstraps from its final observation. Each loop
 per finished training episode; ``greedy_eval``: mean return of ``cfg.log.eval_episodes`` greedy
 episodes on a separate env after training).
 
-    python -m benchmarks.plain_classic dqn --seed 0        # learning_cartpole's settings
-    python -m benchmarks.plain_classic rainbow --seed 1 --dqn.lr 1e-3 --total-frames 20000
-    python -m benchmarks.plain_classic ppo --help          # every recipe flag
+    python -m reference cartpole dqn --seed 0        # learning_cartpole's settings
+    python -m reference cartpole rainbow --seed 1 --dqn.lr 1e-3 --total-frames 20000
+    python -m reference cartpole ppo --help          # every recipe flag
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
-import dataclasses
-import json
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-# The same numpy sum tree as the Atari plain DQN, and the batch layout of a recipe config.
-from benchmarks.plain_loops import SumTree, batch_layout, require
+from reference.common import (
+    Ring,
+    RMSpropTF,
+    batch_layout,
+    clipped_step,
+    dqn_losses,
+    orth,
+    q_values,
+    require,
+    seed_all,
+    set_lr,
+)
 
 if TYPE_CHECKING:  # the recipes' config dataclasses, for annotations only
     from accelrl.algos.dqn import DQNConfig
@@ -60,7 +66,6 @@ if TYPE_CHECKING:  # the recipes' config dataclasses, for annotations only
     from recipes.dqn_atari import Config as DQNRecipeConfig
     from recipes.ppo_atari import Config as PPORecipeConfig
 
-ENV_ID = "CartPole-v1"
 EVAL_SEED_OFFSET = 10_000
 """Evaluation episode k of a run with seed s resets with seed s + 10_000 + k."""
 PRIORITY_EPS = 1e-6
@@ -70,7 +75,7 @@ PRIORITY_EPS = 1e-6
 # --- shared pieces ----------------------------------------------------------------------------
 
 
-def make_vec_env(num_envs: int, env_id: str = ENV_ID) -> gym.vector.VectorEnv:
+def make_vec_env(num_envs: int, env_id: str) -> gym.vector.VectorEnv:
     return gym.make_vec(
         env_id,
         num_envs=num_envs,
@@ -79,9 +84,12 @@ def make_vec_env(num_envs: int, env_id: str = ENV_ID) -> gym.vector.VectorEnv:
     )
 
 
-def seed_all(seed: int) -> None:
-    torch.manual_seed(seed)
-    np.random.seed(seed)
+def start(cfg: Any) -> tuple[gym.vector.VectorEnv, int, int]:
+    """Seeds torch and numpy with ``cfg.seed`` and makes ``cfg.env``'s simulators: (env,
+    observation size, number of actions)."""
+    seed_all(cfg.seed)
+    env = make_vec_env(cfg.env.num_envs, cfg.env.game)
+    return env, env.single_observation_space.shape[0], int(env.single_action_space.n)
 
 
 def step_env(env: gym.vector.VectorEnv, action: np.ndarray):
@@ -114,7 +122,7 @@ class Episodes:
 
 @torch.no_grad()
 def greedy_eval(
-    act: Callable[[torch.Tensor], torch.Tensor], episodes: int, seed: int, env_id: str = ENV_ID
+    act: Callable[[torch.Tensor], torch.Tensor], episodes: int, seed: int, env_id: str
 ) -> float:
     """Mean return of ``episodes`` episodes on a separate env with the greedy action."""
     env = gym.make(env_id)
@@ -172,19 +180,13 @@ class QNet(nn.Module):
         return out.squeeze(-1) if self.atoms == 1 else out
 
 
-class Replay:
+class Replay(Ring):
     """(obs, action, reward, next obs, terminated, ended) in a ring of ``replay_capacity / N``
-    steps per simulator; n-step returns are summed when sampling. ``d``: the recipe's
-    ``cfg.dqn``.
-
-    Step ``p`` of simulator ``e`` is flat index ``(p % L) * N + e``. A step is sampled only once
-    its n - 1 successors are stored; with ``prioritized`` its leaf stays 0 until then and gets
-    the largest priority seen so far.
-    """
+    steps per simulator (``reference.common.Ring``), numpy arrays; n-step returns are summed
+    when sampling. ``d``: the recipe's ``cfg.dqn``."""
 
     def __init__(self, d: DQNConfig, num_envs: int, obs_dim: int) -> None:
-        self.s, self.n = d, num_envs
-        self.len = max(d.n_step + 1, d.replay_capacity // num_envs)
+        super().__init__(d, num_envs)
         shape = (self.len, self.n)
         self.obs = np.zeros((*shape, obs_dim), dtype=np.float32)
         self.next_obs = np.zeros_like(self.obs)
@@ -192,23 +194,11 @@ class Replay:
         self.reward = np.zeros(shape, dtype=np.float32)
         self.terminated = np.zeros(shape, dtype=bool)
         self.ended = np.zeros(shape, dtype=bool)
-        self.written = 0  # vector steps stored so far
-        self.tree = SumTree(self.len * self.n) if d.prioritized else None
-        self.max_priority = 1.0
 
     def add(self, obs, action, reward, next_obs, terminated, ended) -> None:
-        p = self.written % self.len
+        p = self.next_slot()
         self.obs[p], self.action[p], self.reward[p] = obs, action, reward
         self.next_obs[p], self.terminated[p], self.ended[p] = next_obs, terminated, ended
-        self.written += 1
-        if self.tree is not None:
-            envs = np.arange(self.n)
-            self.tree.set(p * self.n + envs, np.zeros(self.n))  # not sampleable until n-step
-            ready = self.written - self.s.n_step
-            if ready >= 0:
-                q = ready % self.len
-                value = self.max_priority**self.s.priority_alpha
-                self.tree.set(q * self.n + envs, np.full(self.n, value))
 
     def sampleable(self) -> int:
         return max(0, min(self.written, self.len) - self.s.n_step + 1) * self.n
@@ -217,9 +207,7 @@ class Replay:
         """(obs, action, n-step return, bootstrap obs, bootstrap discount, IS weights, flat)."""
         s, rng = self.s, np.random
         if self.tree is None:
-            lo, hi = max(0, self.written - self.len), self.written - s.n_step
-            steps = rng.randint(lo, hi + 1, size=batch)
-            flat = (steps % self.len) * self.n + rng.randint(0, self.n, size=batch)
+            flat = self.uniform(batch)
             weights = np.ones(batch, dtype=np.float32)
         else:
             total = self.tree.total()
@@ -267,27 +255,18 @@ def plain_dqn(
     ``fused_adam`` its fused one, as the recipe's (``accelrl.optim.adam``)."""
     s, seed, num_envs = cfg.dqn, cfg.seed, cfg.env.num_envs
     total_steps, steps_per_batch = cfg.total_frames, cfg.collector.steps_per_batch
-    start = time.perf_counter()
-    seed_all(seed)
-    env = make_vec_env(num_envs, cfg.env.game)
-    obs_dim = env.single_observation_space.shape[0]
-    num_actions = int(env.single_action_space.n)
+    started = time.perf_counter()
+    env, obs_dim, num_actions = start(cfg)
     atoms = s.atoms if s.distributional else 1
     online = QNet(obs_dim, num_actions, cfg.model.mlp_hidden, s.dueling, atoms)
     target = copy.deepcopy(online).requires_grad_(False)
     opt = torch.optim.Adam(online.parameters(), lr=s.lr, eps=s.adam_eps, fused=fused_adam or None)
     replay = Replay(s, num_envs, obs_dim)
     support = torch.linspace(s.v_min, s.v_max, s.atoms)
-    dz = (s.v_max - s.v_min) / (s.atoms - 1)
-    rows = torch.arange(s.batch_size)
     per_phase = s.training_intensity * steps_per_batch / s.batch_size
     steps_per_env = batch_layout(cfg)[1]
     episodes = Episodes(num_envs)
     collected, updates, credit = 0, 0, 0.0
-
-    def q_values(net: nn.Module, obs: torch.Tensor) -> torch.Tensor:
-        out = net(obs)
-        return (out.softmax(-1) * support).sum(-1) if s.distributional else out
 
     def update(beta: float) -> None:
         nonlocal updates
@@ -295,39 +274,10 @@ def plain_dqn(
         obs, next_obs = torch.from_numpy(obs), torch.from_numpy(next_obs)
         action, ret = torch.from_numpy(action), torch.from_numpy(ret)
         discount, weights = torch.from_numpy(discount), torch.from_numpy(weights)
-        if s.distributional:
-            with torch.no_grad():
-                p_target = target(next_obs).softmax(-1)  # [B, A, atoms]
-                # As TorchRL's DistributionalDQNLoss (the recipe's): the online network picks
-                # the bootstrap action whatever ``double`` says; the target scores it.
-                best = q_values(online, next_obs).argmax(-1)
-                p_next = p_target[rows, best]
-                tz = (ret[:, None] + discount[:, None] * support).clamp(s.v_min, s.v_max)
-                b = ((tz - s.v_min) / dz).clamp(0, s.atoms - 1)
-                lo, hi = b.floor().long(), b.ceil().long()
-                m = torch.zeros_like(p_next)
-                # b on an atom (lo == hi): all of its mass goes to that atom.
-                m.scatter_add_(1, lo, p_next * (hi.float() - b + (lo == hi).float()))
-                m.scatter_add_(1, hi, p_next * (b - lo.float()))
-            log_p = online(obs)[rows, action].log_softmax(-1)
-            per_sample = -(m * log_p).sum(-1)
-            priority = per_sample.detach()
-        else:
-            with torch.no_grad():
-                next_q = target(next_obs)
-                if s.double:
-                    bootstrap = next_q[rows, online(next_obs).argmax(-1)]
-                else:
-                    bootstrap = next_q.max(-1).values
-                y = ret + discount * bootstrap
-            q = online(obs)[rows, action]
-            per_sample = F.smooth_l1_loss(q, y, reduction="none")
-            priority = (q - y).detach().abs()
+        batch = (obs, action, ret, next_obs, discount)
+        per_sample, priority = dqn_losses(online, target, batch, support, s)
         loss = (per_sample * weights).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(online.parameters(), s.max_grad_norm)
-        opt.step()
+        clipped_step(opt, loss, online.parameters(), s.max_grad_norm)
         updates += 1
         if s.tau > 0:
             with torch.no_grad():
@@ -347,7 +297,8 @@ def plain_dqn(
                 )
                 eps = s.eps_start + progress * (s.eps_end - s.eps_start)
                 with torch.no_grad():
-                    greedy = q_values(online, torch.from_numpy(obs)).argmax(-1).numpy()
+                    q = q_values(online, torch.from_numpy(obs), support, s)
+                greedy = q.argmax(-1).numpy()
                 explore = np.random.random_sample(num_envs) < eps
                 action = np.where(explore, np.random.randint(num_actions, size=num_envs), greedy)
                 new_obs, reward, terminated, ended, next_obs = step_env(env, action)
@@ -364,26 +315,23 @@ def plain_dqn(
     finally:
         env.close()
     greedy = greedy_eval(
-        lambda o: q_values(online, o).argmax(-1), cfg.log.eval_episodes, seed, cfg.env.game
+        lambda o: q_values(online, o, support, s).argmax(-1),
+        cfg.log.eval_episodes,
+        seed,
+        cfg.env.game,
     )
-    return result(episodes, greedy, start)
+    return result(episodes, greedy, started)
 
 
 # --- actor-critics ----------------------------------------------------------------------------
 
 
-def orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
-    nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
-    return layer
-
-
 def tanh_mlp(in_features: int, hidden: Sequence[int], out: int, out_gain: float) -> nn.Sequential:
     layers: list[nn.Module] = []
     for width in hidden:
-        layers += [orthogonal(nn.Linear(in_features, width), math.sqrt(2)), nn.Tanh()]
+        layers += [orth(nn.Linear(in_features, width), math.sqrt(2)), nn.Tanh()]
         in_features = width
-    layers.append(orthogonal(nn.Linear(in_features, out), out_gain))
+    layers.append(orth(nn.Linear(in_features, out), out_gain))
     return nn.Sequential(*layers)
 
 
@@ -455,20 +403,26 @@ def gae(batch: dict[str, torch.Tensor], gamma: float, lam: float) -> tuple[torch
     return adv, adv + value
 
 
-def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
-    for group in opt.param_groups:
-        group["lr"] = lr
+def actor_critic(cfg: Any) -> tuple[gym.vector.VectorEnv, ActorCritic]:
+    """``start(cfg)``'s simulators and an actor-critic of ``cfg.model.mlp_hidden`` for them."""
+    env, obs_dim, num_actions = start(cfg)
+    return env, ActorCritic(obs_dim, num_actions, cfg.model.mlp_hidden)
+
+
+def actor_critic_result(cfg: Any, model: ActorCritic, rollout: Rollout, started: float) -> dict:
+    """The loop's result after training, with the greedy evaluation of ``model``'s actor."""
+    greedy = greedy_eval(
+        lambda o: model.actor(o).argmax(-1), cfg.log.eval_episodes, cfg.seed, cfg.env.game
+    )
+    return result(rollout.episodes, greedy, started)
 
 
 def plain_ppo(cfg: PPORecipeConfig) -> dict:
     """PPO with ``cfg``'s settings (``cfg.ppo``): separate actor and critic MLPs of
     ``cfg.model.mlp_hidden``."""
     s, seed, total_steps = cfg.ppo, cfg.seed, cfg.total_frames
-    start = time.perf_counter()
-    seed_all(seed)
-    env = make_vec_env(cfg.env.num_envs, cfg.env.game)
-    obs_dim, num_actions = env.single_observation_space.shape[0], env.single_action_space.n
-    model = ActorCritic(obs_dim, num_actions, cfg.model.mlp_hidden)
+    started = time.perf_counter()
+    env, model = actor_critic(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=s.lr, eps=s.adam_eps)
     rollout = Rollout(env, model, batch_layout(cfg)[1], seed)
     try:
@@ -504,39 +458,10 @@ def plain_ppo(cfg: PPORecipeConfig) -> dict:
                     loss = pg + s.value_coef * 0.5 * v_loss.mean()
                     if s.entropy_coef:
                         loss = loss - s.entropy_coef * dist.entropy().mean()
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(model.parameters(), s.max_grad_norm)
-                    opt.step()
+                    clipped_step(opt, loss, model.parameters(), s.max_grad_norm)
     finally:
         env.close()
-    greedy = greedy_eval(
-        lambda o: model.actor(o).argmax(-1), cfg.log.eval_episodes, seed, cfg.env.game
-    )
-    return result(rollout.episodes, greedy, start)
-
-
-class RMSpropTF(torch.optim.Optimizer):
-    """RMSprop as TensorFlow computes it: ``g / sqrt(v + eps)`` with the running average ``v``
-    of squared gradients initialised to one (the maths of ``accelrl.optim.RMSpropTF``)."""
-
-    def __init__(
-        self, params: Iterable[nn.Parameter], lr: float, alpha: float = 0.99, eps: float = 1e-5
-    ) -> None:
-        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps))
-
-    @torch.no_grad()
-    def step(self, closure=None):  # noqa: D102
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["square_avg"] = torch.ones_like(p)
-                avg = state["square_avg"]
-                avg.mul_(group["alpha"]).addcmul_(p.grad, p.grad, value=1 - group["alpha"])
-                p.addcdiv_(p.grad, avg.add(group["eps"]).sqrt_(), value=-group["lr"])
+    return actor_critic_result(cfg, model, rollout, started)
 
 
 def plain_a2c(cfg: A2CRecipeConfig) -> dict:
@@ -544,11 +469,8 @@ def plain_a2c(cfg: A2CRecipeConfig) -> dict:
     gradient step per batch."""
     s, seed, total_steps = cfg.a2c, cfg.seed, cfg.total_frames
     require("a2c", s, optimizer="rmsprop")
-    start = time.perf_counter()
-    seed_all(seed)
-    env = make_vec_env(cfg.env.num_envs, cfg.env.game)
-    obs_dim, num_actions = env.single_observation_space.shape[0], env.single_action_space.n
-    model = ActorCritic(obs_dim, num_actions, cfg.model.mlp_hidden)
+    started = time.perf_counter()
+    env, model = actor_critic(cfg)
     opt = RMSpropTF(model.parameters(), lr=s.lr, alpha=s.rms_alpha, eps=s.eps)
     rollout = Rollout(env, model, batch_layout(cfg)[1], seed)
     try:
@@ -568,55 +490,7 @@ def plain_a2c(cfg: A2CRecipeConfig) -> dict:
             loss = pg + s.value_coef * v_loss
             if s.entropy_coef:
                 loss = loss - s.entropy_coef * dist.entropy().mean()
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), s.max_grad_norm)
-            opt.step()
+            clipped_step(opt, loss, model.parameters(), s.max_grad_norm)
     finally:
         env.close()
-    greedy = greedy_eval(
-        lambda o: model.actor(o).argmax(-1), cfg.log.eval_episodes, seed, cfg.env.game
-    )
-    return result(rollout.episodes, greedy, start)
-
-
-# --- command line -----------------------------------------------------------------------------
-
-LOOPS = {"dqn": plain_dqn, "ppo": plain_ppo, "a2c": plain_a2c}
-
-
-def main(argv: list[str] | None = None) -> None:
-    # learning_cartpole builds the recipes' configs (it imports the recipes): only here.
-    import tyro
-
-    from benchmarks import learning_cartpole as lc
-
-    p = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
-        add_help=False,
-        epilog="Every other flag is the recipe's own (ALGO --help lists them), applied over "
-        "benchmarks.learning_cartpole's settings for ALGO.",
-    )
-    p.add_argument("algo", choices=list(lc.KINDS))
-    p.add_argument("--json", help="write the config and the result (with the curve) here")
-    args, rest = p.parse_known_args(argv)
-    kind = lc.KINDS[args.algo]
-    cfg = lc.cartpole_config(args.algo)
-    cfg = tyro.cli(type(cfg), default=cfg, args=rest, prog=f"plain_classic {args.algo}")
-    if kind == "dqn":
-        from recipes.dqn_atari import resolve
-
-        cfg = resolve(cfg)
-    torch.set_num_threads(1)
-    out = LOOPS[kind](cfg)
-    print(
-        f"{args.algo} seed {cfg.seed}: last-100 {out['last100']:.1f}, greedy "
-        f"{out['greedy_eval']:.1f}, {out['episodes']} episodes, {out['seconds']:.1f} s"
-    )
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"config": dataclasses.asdict(cfg), "seed": cfg.seed, **out}, fh)
-
-
-if __name__ == "__main__":
-    main()
+    return actor_critic_result(cfg, model, rollout, started)

@@ -1,0 +1,218 @@
+"""The plain Atari PPO and A2C loops (``reference.atari`` describes them and what they share):
+T steps of every simulator with one actor-critic, GAE (or n-step returns) with lost lives as
+bootstrap boundaries, then PPO's epochs x minibatches or A2C's one step on the batch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from reference.atari import ActorCritic, BatchLog, Checkpoint, Record, VecAtari, setup
+from reference.common import RMSpropTF, clipped_step, require, set_lr
+
+if TYPE_CHECKING:  # the recipes' config dataclasses, for annotations only
+    from recipes.a2c_atari import Config as A2CRecipeConfig
+    from recipes.appo_atari import Config as APPORecipeConfig
+    from recipes.ppo_atari import Config as PPORecipeConfig
+
+
+class Rollout:
+    """T steps of every simulator with the actor-critic; tensors on ``device``."""
+
+    def __init__(self, env: VecAtari, model: ActorCritic, steps: int, device: torch.device):
+        n, self.env, self.model, self.steps, self.device = env.num_envs, env, model, steps, device
+        self.obs = torch.zeros((steps, *env.obs.shape), dtype=torch.uint8, device=device)
+        self.actions = torch.zeros((steps, n), dtype=torch.int64, device=device)
+        self.logp = torch.zeros((steps, n), device=device)
+        self.values = torch.zeros((steps, n), device=device)
+        self.rewards = torch.zeros((steps, n), device=device)
+        self.terms = torch.zeros((steps, n), device=device)
+        self.dones = torch.zeros((steps, n), device=device)
+        self.trunc_values: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @torch.no_grad()
+    def collect(self) -> torch.Tensor:
+        """Fills the buffers; returns the value of the observation after the last step."""
+        self.trunc_values.clear()
+        for t in range(self.steps):
+            obs = torch.from_numpy(self.env.obs).to(self.device)
+            self.obs[t] = obs
+            logits, value = self.model(obs)
+            dist = torch.distributions.Categorical(logits=logits)
+            action = dist.sample()
+            self.actions[t], self.logp[t], self.values[t] = action, dist.log_prob(action), value
+            reward, term, done, final, truncated = self.env.step(action.cpu().numpy())
+            self.rewards[t] = torch.from_numpy(reward).to(self.device)
+            self.terms[t] = torch.from_numpy(term).to(self.device)
+            self.dones[t] = torch.from_numpy(done).to(self.device)
+            if final is not None:  # truncated episodes bootstrap from their last frame
+                rows = torch.from_numpy(np.flatnonzero(truncated)).to(self.device)
+                self.trunc_values[t] = (
+                    rows,
+                    self.model(torch.from_numpy(final).to(self.device))[1],
+                )
+        return self.model(torch.from_numpy(self.env.obs).to(self.device))[1]
+
+    def advantages(self, last_value: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+        adv = torch.zeros_like(self.rewards)
+        running = torch.zeros_like(last_value)
+        for t in reversed(range(self.steps)):
+            next_value = last_value if t == self.steps - 1 else self.values[t + 1]
+            if t in self.trunc_values:
+                rows, v = self.trunc_values[t]
+                next_value = next_value.clone()
+                next_value[rows] = v
+            delta = self.rewards[t] + gamma * next_value * (1 - self.terms[t]) - self.values[t]
+            running = delta + gamma * lam * (1 - self.dones[t]) * running
+            adv[t] = running
+        return adv
+
+
+def ppo_phase(
+    model: ActorCritic,
+    opt: torch.optim.Optimizer,
+    batch: tuple[torch.Tensor, ...],
+    p: Any,
+    clip: float,
+) -> torch.Tensor:
+    """PPO's epochs x minibatches on ``batch`` = (obs, actions, log-probs, advantages, returns,
+    values) of ``[N]`` steps: clipped policy loss, (clipped) value loss, entropy bonus, grad-norm
+    clipping, one optimizer step per minibatch. ``p``: the recipe's ``cfg.ppo`` (or ``cfg.appo``).
+    Returns the summed (approximate KL, clip fraction, grad norm) over the minibatches."""
+    b_obs, b_act, b_logp, b_adv, b_ret, b_val = batch
+    n = b_act.shape[0]
+    mb = n // p.minibatches
+    stats = torch.zeros(3, dtype=b_adv.dtype, device=b_adv.device)
+    for _ in range(p.epochs):
+        order = torch.randperm(n, device=b_adv.device)
+        for i in range(0, n, mb):
+            idx = order[i : i + mb]
+            logits, value = model(b_obs[idx])
+            dist = torch.distributions.Categorical(logits=logits)
+            logp = dist.log_prob(b_act[idx])
+            log_ratio = logp - b_logp[idx]
+            ratio = log_ratio.exp()
+            a = b_adv[idx]
+            if p.normalize_advantage:
+                a = (a - a.mean()) / (a.std() + 1e-8)
+            pg = -torch.min(ratio * a, ratio.clamp(1 - clip, 1 + clip) * a).mean()
+            v_loss = (value - b_ret[idx]) ** 2
+            if p.clip_value:
+                v_clipped = b_val[idx] + (value - b_val[idx]).clamp(-clip, clip)
+                v_loss = torch.max(v_loss, (v_clipped - b_ret[idx]) ** 2)
+            v_loss = 0.5 * v_loss.mean()
+            loss = pg - p.entropy_coef * dist.entropy().mean() + p.value_coef * v_loss
+            grad_norm = clipped_step(opt, loss, model.parameters(), p.max_grad_norm)
+            with torch.no_grad():
+                kl = ((ratio - 1) - log_ratio).mean()
+                clipped = ((ratio - 1).abs() > clip).float().mean()
+                stats += torch.stack([kl, clipped, grad_norm])
+    return stats
+
+
+def plain_ppo(
+    cfg: PPORecipeConfig | APPORecipeConfig,
+    iterations: int | None = None,
+    *,
+    section: str = "ppo",
+    device: str = "cpu",
+    threads: int = 1,
+    on_iteration: Callable[[int, VecAtari], None] | None = None,
+    checkpoint: Checkpoint | None = None,
+) -> list[Record]:
+    """PPO with ``cfg``'s settings (``cfg.<section>``: ``ppo``, or ``appo`` for APPO's PPO
+    objective) for ``iterations`` batches (default: until ``cfg.total_frames``; a resumed
+    ``checkpoint`` counts the batches it has done)."""
+    p = getattr(cfg, section)
+    require(section, p, life_loss_boundary=True)
+    if section == "appo":
+        require(section, p, vtrace=False)
+    env, dev, steps, frames, batches = setup(cfg, iterations, checkpoint, threads, device)
+    model = ActorCritic(env.num_actions, cfg.env.frame_stack, cfg.env.screen_size).to(dev)
+    opt = torch.optim.Adam(model.parameters(), lr=p.lr, eps=p.adam_eps)
+    if checkpoint:
+        checkpoint.restore(model, opt)
+    rollout = Rollout(env, model, steps, dev)
+    n = env.num_envs * steps
+    log = BatchLog(env, on_iteration, checkpoint)
+    try:
+        for _ in batches:
+            remaining = max(0.0, 1.0 - frames / cfg.total_frames)
+            set_lr(opt, p.lr * (remaining if p.anneal_lr else 1.0))
+            clip = max(p.clip_epsilon * (remaining if p.anneal_clip else 1.0), 1e-8)
+            last_value = rollout.collect()
+            adv = rollout.advantages(last_value, p.gamma, p.gae_lambda)
+            returns = adv + rollout.values
+            batch = (rollout.obs.reshape(n, *env.obs.shape[1:]), rollout.actions.reshape(n),
+                     rollout.logp.reshape(n), adv.reshape(n), returns.reshape(n),
+                     rollout.values.reshape(n))  # fmt: skip
+            # The metrics reach the host once per update, as the recipe's.
+            ppo_phase(model, opt, batch, p, clip).tolist()
+            frames += n * cfg.env.frameskip
+            log.done(frames, model, opt)
+    finally:
+        env.close()
+    return log.records
+
+
+def a2c_loss(
+    model: ActorCritic, obs: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, a: Any
+) -> torch.Tensor:
+    """A2C's loss on ``[N]`` steps: policy gradient with advantage ``returns - V`` (V from this
+    forward pass, detached), ``a.value_coef`` x squared value error, ``a.entropy_coef`` x
+    entropy bonus. ``a``: the recipe's ``cfg.a2c``."""
+    logits, value = model(obs)
+    dist = torch.distributions.Categorical(logits=logits)
+    adv = returns - value.detach()
+    if a.normalize_advantage:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg = -(dist.log_prob(actions) * adv).mean()
+    loss = pg + a.value_coef * ((returns - value) ** 2).mean()
+    return loss - a.entropy_coef * dist.entropy().mean()
+
+
+def plain_a2c(
+    cfg: A2CRecipeConfig,
+    iterations: int | None = None,
+    *,
+    device: str = "cpu",
+    threads: int = 1,
+    on_iteration: Callable[[int, VecAtari], None] | None = None,
+    checkpoint: Checkpoint | None = None,
+) -> list[Record]:
+    """A2C with ``cfg``'s settings (``cfg.a2c``) for ``iterations`` batches (default: until
+    ``cfg.total_frames``; a resumed ``checkpoint`` counts the batches it has done)."""
+    a = cfg.a2c
+    require("a2c", a, life_loss_boundary=True)
+    env, dev, steps, frames, batches = setup(cfg, iterations, checkpoint, threads, device)
+    model = ActorCritic(env.num_actions, cfg.env.frame_stack, cfg.env.screen_size).to(dev)
+    if a.optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=a.lr, eps=a.eps)
+    else:
+        # TensorFlow's RMSprop (eps inside the square root, average from one), as OpenAI
+        # baselines' A2C uses; PyTorch's form takes far larger early steps.
+        opt = RMSpropTF(model.parameters(), lr=a.lr, alpha=a.rms_alpha, eps=a.eps)
+    if checkpoint:
+        checkpoint.restore(model, opt)
+    rollout = Rollout(env, model, steps, dev)
+    n = env.num_envs * steps
+    log = BatchLog(env, on_iteration, checkpoint)
+    try:
+        for _ in batches:
+            remaining = max(0.0, 1.0 - frames / cfg.total_frames)
+            set_lr(opt, a.lr * (remaining if a.anneal_lr else 1.0))
+            last_value = rollout.collect()
+            adv = rollout.advantages(last_value, a.gamma, a.gae_lambda)
+            returns = (adv + rollout.values).reshape(n)
+            obs = rollout.obs.reshape(n, *env.obs.shape[1:])
+            loss = a2c_loss(model, obs, rollout.actions.reshape(n), returns, a)
+            grad_norm = clipped_step(opt, loss, model.parameters(), a.max_grad_norm)
+            float(loss.detach()), float(grad_norm)  # logged per update by the recipe too
+            frames += n * cfg.env.frameskip
+            log.done(frames, model, opt)
+    finally:
+        env.close()
+    return log.records

@@ -1,0 +1,65 @@
+"""Small helpers that several test files share (fixtures and collection hooks stay in
+conftest.py; float64 comparisons in numerics.py; the plain-loop parity setup in
+plain_parity.py)."""
+
+from __future__ import annotations
+
+import csv
+import socket
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from reference.cartpole_presets import use_cartpole
+
+
+def count_batches(run: Callable[[], Any]) -> tuple[Any, int]:
+    """``run()``'s result and the number of batches the run counted during it."""
+    from accelrl.progress import Progress as Run
+
+    real = Run.collected
+    count = {"n": 0}
+
+    def collected(self, batch):
+        count["n"] += 1
+        return real(self, batch)
+
+    Run.collected = collected
+    try:
+        return run(), count["n"]
+    finally:
+        Run.collected = real
+
+
+def cartpole_recipe_config(
+    config: Callable[..., Any], algo: str, run_dir: Path | str, eval_episodes: int, seed: int = 0
+) -> Any:
+    """A recipe's ``Config`` (``config``: its class) with the CartPole settings for ``algo``
+    (``reference.cartpole_presets.use_cartpole``), ``seed`` and ``run_dir``, no progress line,
+    no TensorBoard, and ``eval_episodes`` greedy episodes after training."""
+    cfg = use_cartpole(config(seed=seed, run_dir=str(run_dir)), algo)
+    cfg.log.progress = False
+    cfg.log.tensorboard = False
+    cfg.log.eval_episodes = eval_episodes
+    return cfg
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (for a process group's rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def grads(params: Iterable[torch.nn.Parameter]) -> list[torch.Tensor]:
+    """Copies of the parameters' gradients."""
+    return [p.grad.detach().clone() for p in params]
+
+
+def first_episodes_mean(run_dir: Path, n: int = 100) -> float:
+    """Mean return of a run folder's first ``n`` episodes (``episodes.csv``)."""
+    with open(run_dir / "episodes.csv") as fh:
+        rows = list(csv.DictReader(fh))[:n]
+    return sum(float(r["return"]) for r in rows) / len(rows)
