@@ -28,14 +28,14 @@ class Progress:
     def __init__(
         self,
         total_frames: int,
-        frame_skip: int,
+        frames_per_step: int,
         world_size: int = 1,
         *,
         frames: int = 0,
         updates: int = 0,
     ) -> None:
         self.total_frames = total_frames
-        self.frame_skip = frame_skip
+        self.frames_per_step = frames_per_step
         self.world_size = world_size
         self.frames = frames
         self.updates = updates
@@ -48,7 +48,7 @@ class Progress:
 
     def frames_in(self, batch: TensorDictBase) -> int:
         """Emulator frames of a batch of agent steps collected by every rank."""
-        return batch.numel() * self.frame_skip * self.world_size
+        return batch.numel() * self.frames_per_step * self.world_size
 
     def collected(self, batch: TensorDictBase) -> None:
         """Count a batch (every rank collects one of the same size)."""
@@ -64,7 +64,7 @@ class Progress:
 
     def dropped(self, batch: TensorDictBase) -> None:
         """Count a batch thrown away unused (too stale under the policy-lag rule)."""
-        self.dropped_frames += batch.numel() * self.frame_skip
+        self.dropped_frames += batch.numel() * self.frames_per_step
 
     def updated(self) -> dict[str, float]:
         """Count an update; returns its timings and throughput for the metrics row."""

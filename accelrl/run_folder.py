@@ -94,6 +94,50 @@ class NullLogger:
         return float("nan")
 
 
+def load_resume_state(
+    run_dir: Path, algo: str, components: dict[str, Stateful], device: torch.device, trust: bool
+) -> tuple[dict[str, Any], Path]:
+    """The latest good checkpoint of ``run_dir``, loaded into ``components``; a ``ConfigError``
+    (one line) when there is none, it is another algorithm's, or it does not fit them."""
+    try:
+        found = load_latest(run_dir, map_location=device, trust=trust)
+    except UnsafeCheckpoint as err:
+        raise ConfigError("trust_checkpoint", False, str(err)) from None
+    if found is None:
+        raise ConfigError("resume", True, f"no loadable checkpoint in {run_dir}")
+    state, path = found
+    if state.get("algo") != algo:
+        raise ConfigError(
+            "resume", True, f"{path} is a {state.get('algo')!r} checkpoint, not {algo!r}"
+        )
+    for name, comp in components.items():
+        try:
+            comp.load_state_dict(state["components"][name])
+        except (KeyError, RuntimeError, ValueError) as err:
+            first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
+            raise ConfigError(
+                "resume",
+                True,
+                f"{path} does not fit this model/config ({name}: {first}); resume with "
+                "the flags the run was started with (see its config.json)",
+            ) from None
+    return state, path
+
+
+def open_logger(run_dir: Path, cfg: Any, algo: str, frames: int) -> RunLogger:
+    """Rank 0's metrics sink for ``run_dir`` (CSV, TensorBoard, trackers, progress bar)."""
+    return RunLogger(
+        run_dir,
+        total_frames=cfg.total_frames,
+        start_frames=frames,
+        tensorboard=cfg.log.tensorboard,
+        progress=cfg.log.progress,
+        trackers=tuple(cfg.log.trackers),
+        project=cfg.log.project,
+        config={"algo": algo, **to_dict(cfg)},
+    )
+
+
 class RunFolder:
     """One run's folder and everything written to it (see the module docstring)."""
 
@@ -143,18 +187,9 @@ class RunFolder:
         frames = updates = 0
         state: dict[str, Any] = {}
         if cfg.resume:
-            state, path = self._load_latest()
-            for name, comp in components.items():
-                try:
-                    comp.load_state_dict(state["components"][name])
-                except (KeyError, RuntimeError, ValueError) as err:
-                    first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
-                    raise ConfigError(
-                        "resume",
-                        True,
-                        f"{path} does not fit this model/config ({name}: {first}); resume with "
-                        "the flags the run was started with (see its config.json)",
-                    ) from None
+            state, path = load_resume_state(
+                self.dir, self.algo, components, self.proc.device, cfg.trust_checkpoint
+            )
             frames, updates = int(state["frames"]), int(state["updates"])
             restore_rng(state["rng"])
             log.info("resumed from %s at %d frames, %d updates", path, frames, updates)
@@ -168,16 +203,7 @@ class RunFolder:
                 )
         self.proc.replicate(self.modules(), updates)
         if self.proc.is_main:
-            self.logger = RunLogger(
-                self.dir,
-                total_frames=cfg.total_frames,
-                start_frames=frames,
-                tensorboard=cfg.log.tensorboard,
-                progress=cfg.log.progress,
-                trackers=tuple(cfg.log.trackers),
-                project=cfg.log.project,
-                config={"algo": self.algo, **to_dict(cfg)},
-            )
+            self.logger = open_logger(self.dir, cfg, self.algo, frames)
             if cfg.resume:
                 self.logger.load_state_dict(state["logger"])
         self.progress = Progress(
@@ -194,22 +220,6 @@ class RunFolder:
             "checkpoint": Every(log_cfg.checkpoint_every_frames, frames),
         }
         return self.progress
-
-    def _load_latest(self) -> tuple[dict[str, Any], Path]:
-        try:
-            found = load_latest(
-                self.dir, map_location=self.proc.device, trust=self.cfg.trust_checkpoint
-            )
-        except UnsafeCheckpoint as err:
-            raise ConfigError("trust_checkpoint", False, str(err)) from None
-        if found is None:
-            raise ConfigError("resume", True, f"no loadable checkpoint in {self.dir}")
-        state, path = found
-        if state.get("algo") != self.algo:
-            raise ConfigError(
-                "resume", True, f"{path} is a {state.get('algo')!r} checkpoint, not {self.algo!r}"
-            )
-        return state, path
 
     def modules(self) -> list[torch.nn.Module]:
         """The agent's networks (broadcasts, checksums, NaN checks)."""
@@ -281,14 +291,9 @@ class RunFolder:
         if self.agent is None or not self.proc.is_main:
             return None
         path = self.dir / "videos" / f"frames_{frames:012d}.mp4"
-        episode = record_video(
-            self.cfg.env,
-            self.agent.eval_policy,
-            path,
-            seed=self.cfg.seed + 20_000_033 + frames,
-            device=self.proc.device,
-            max_steps=self.cfg.log.video_max_steps,
-        )
+        episode = record_video(self.cfg.env, self.agent.eval_policy, path,
+                               seed=self.cfg.seed + 20_000_033 + frames, device=self.proc.device,
+                               max_steps=self.cfg.log.video_max_steps)  # fmt: skip
         self.logger.video(frames, path)
         log.info("video %s: score %g in %d steps", path, episode.score, episode.steps)
         return path

@@ -84,7 +84,7 @@ def make_agent(
         mlp_hidden=cfg.model.mlp_hidden,
         on_nonfinite=cfg.on_nonfinite,
         compile_loss=cfg.compile.loss,
-        frames_per_step=frames_per_step(cfg.env) * world_size,
+        run_frames_per_step=frames_per_step(cfg.env) * world_size,
     )
 
 
@@ -134,7 +134,7 @@ def train(cfg: Config) -> dict:
 
         # Updates wait for learning_starts_frames of new frames (agent steps here), also after a
         # resume whose replay was not saved.
-        learning_starts = cfg.dqn.learning_starts_frames // progress.frame_skip
+        learning_starts = cfg.dqn.learning_starts_frames // progress.frames_per_step
         if cfg.resume and saved_replay:
             learning_starts = 0
         if cfg.dqn.asynchronous:

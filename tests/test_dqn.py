@@ -141,7 +141,7 @@ def test_epsilon_schedule_counts_every_worker_and_frame_skip(tmp_path):
         obs_shape=(4,),
         num_actions=2,
         device=torch.device("cpu"),
-        frames_per_step=4,
+        run_frames_per_step=4,
     )
     cfg = Config()
     cfg.env.game, cfg.env.num_envs = "CartPole-v1", 4

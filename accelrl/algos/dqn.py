@@ -217,9 +217,9 @@ class ScheduledEGreedy(EGreedyModule):
     collected batch, so every step of a batch acts with the epsilon of the batch's start. This
     module keeps the emulator frames acted so far in the buffer ``frames``: each exploring
     forward pass (interaction type RANDOM, which collectors set) takes epsilon from the schedule
-    at ``frames`` and then adds its batch's agent steps times ``frames_per_step`` (frame skip
-    times data-parallel ranks, each rank's simulators standing for its share). So epsilon falls
-    step by step, as in CleanRL and Stable-Baselines3 and ``reference.classic``.
+    at ``frames`` and then adds its batch's agent steps times ``run_frames_per_step`` (frames
+    per agent step times data-parallel ranks, each rank's simulators standing for its share).
+    So epsilon falls step by step, as in CleanRL and Stable-Baselines3 and ``reference.classic``.
 
     ``frames`` is a buffer, so collector workers share it: TorchRL puts a CPU policy's
     parameters and buffers in shared memory (``MultiSyncCollector`` workers' counts add up), and
@@ -235,11 +235,11 @@ class ScheduledEGreedy(EGreedyModule):
         eps_start: float,
         eps_end: float,
         decay_frames: int,
-        frames_per_step: int = 1,
+        run_frames_per_step: int = 1,
     ) -> None:
         super().__init__(spec, eps_init=eps_start, eps_end=eps_end, annealing_num_steps=1)
         self.decay_frames = decay_frames
-        self.frames_per_step = frames_per_step
+        self.run_frames_per_step = run_frames_per_step
         self.register_buffer("frames", torch.zeros((), dtype=torch.int64))
         self._categorical = spec if isinstance(spec, Categorical) else None  # the fast path's
 
@@ -279,7 +279,7 @@ class ScheduledEGreedy(EGreedyModule):
             explore = expand_as_right(explore, action)
             tensordict.set(self.action_key, torch.where(explore, random, action))
             out = tensordict
-        self.frames.add_(tensordict.numel() * self.frames_per_step)
+        self.frames.add_(tensordict.numel() * self.run_frames_per_step)
         return out
 
 
@@ -303,7 +303,7 @@ class DQN:
         mlp_hidden: tuple[int, ...] = (64, 64),
         on_nonfinite: str = "stop",
         compile_loss: bool = False,
-        frames_per_step: int = 1,
+        run_frames_per_step: int = 1,
     ) -> None:
         self.cfg = cfg
         self.device = device
@@ -347,14 +347,15 @@ class DQN:
         # makes steps larger than the paper's; ``update`` takes mean(w l) as the paper does.
         # The replay writes the n-step bootstrap distance k to "steps_to_next_obs"; both losses
         # (DQNLoss through its TD(0) estimator) then bootstrap with gamma**k.
-        # Acting: epsilon falls at every agent step (``ScheduledEGreedy``); ``frames_per_step``
-        # counts emulator frames per agent step on every rank.
+        # Acting: epsilon falls at every agent step (``ScheduledEGreedy``);
+        # ``run_frames_per_step``: the emulator frames one agent step here stands for in the
+        # whole run (frames per step x data-parallel ranks).
         self.explore = ScheduledEGreedy(
             spec,
             eps_start=cfg.eps_start,
             eps_end=cfg.eps_end,
             decay_frames=cfg.eps_decay_frames,
-            frames_per_step=frames_per_step,
+            run_frames_per_step=run_frames_per_step,
         ).to(device)
         self.collect_policy = TensorDictSequential(self.greedy, self.explore)
         # Evaluation: greedy episodes ignore epsilon; "sampled" ones act eps-greedy at eval_eps.
