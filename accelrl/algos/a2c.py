@@ -75,34 +75,19 @@ def validate_a2c(cfg: A2CConfig, prefix: str = "a2c") -> None:
 class A2C(ActorCriticLearner):
     """A2C's loss and RMSprop (or Adam) over the actor-critic; one gradient step a batch."""
 
-    def __init__(
-        self,
-        model: ActorValueOperator,
-        cfg: A2CConfig,
-        device: torch.device,
-        on_nonfinite: str = "stop",
-        compile_loss: bool = False,
-    ) -> None:
-        super().__init__(
-            model,
-            device,
-            gamma=cfg.gamma,
-            lmbda=cfg.gae_lambda,
-            on_nonfinite=on_nonfinite,
-            compile_loss=compile_loss,
-        )
-        self.cfg = cfg
-        self.loss = A2CLoss(
+    def make_loss(self, model: ActorValueOperator, cfg: A2CConfig) -> A2CLoss:
+        return A2CLoss(
             model.get_policy_head(),
             model.get_value_head(),
             entropy_coeff=cfg.entropy_coef,
             critic_coeff=cfg.value_coef,
             loss_critic_type="l2",
         )
+
+    def make_optimizer(self, cfg: A2CConfig) -> torch.optim.Optimizer:
         if cfg.optimizer == "rmsprop":
-            self.optimizer = RMSpropTF(self.params, lr=cfg.lr, alpha=cfg.rms_alpha, eps=cfg.eps)
-        else:
-            self.optimizer = adam(self.params, lr=cfg.lr, eps=cfg.eps)
+            return RMSpropTF(self.params, lr=cfg.lr, alpha=cfg.rms_alpha, eps=cfg.eps)
+        return adam(self.params, lr=cfg.lr, eps=cfg.eps)
 
     def lr_at(self, progress: float) -> float:
         """Learning rate at ``progress`` in [0, 1] of the run's frames."""

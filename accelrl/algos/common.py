@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
@@ -185,7 +186,8 @@ class ActorCriticLearner:
     The agent contract (``accelrl.agent``): collect with ``self.collect_policy`` (action,
     log-prob and state value in one trunk pass); ``self.eval_policy`` is the actor alone
     (evaluation, play); ``self.model`` the whole actor-critic. Subclasses build ``self.loss``
-    over the policy and value *heads* and ``self.optimizer`` over ``self.params``.
+    over the policy and value *heads* (``make_loss``) and ``self.optimizer`` over ``self.params``
+    (``make_optimizer``).
     """
 
     loss: torch.nn.Module
@@ -194,13 +196,12 @@ class ActorCriticLearner:
     def __init__(
         self,
         model: ActorValueOperator,
+        cfg: Any,
         device: torch.device,
-        *,
-        gamma: float,
-        lmbda: float,
         on_nonfinite: str = "stop",
         compile_loss: bool = False,
     ) -> None:
+        self.cfg = cfg  # the algorithm's config section: gamma, gae_lambda, lr, ...
         self.device = device
         self.guard = NonFiniteGuard(on_nonfinite)
         # --compile.loss: the forward pass of a (mini)batch through the trunk, both heads and
@@ -219,8 +220,20 @@ class ActorCriticLearner:
         self.trunk = model[0]  # the common operator (public TensorDictSequential indexing)
         self.params = list(model.parameters())
         # Values come from collection (see ``fill_values``), so GAE runs no network itself.
-        self.estimator = GAE(gamma=gamma, lmbda=lmbda, value_network=None, average_gae=False)
+        self.estimator = GAE(
+            gamma=cfg.gamma, lmbda=cfg.gae_lambda, value_network=None, average_gae=False
+        )
         self.estimator.set_keys(done="gae_done", terminated="gae_terminated")
+        self.loss = self.make_loss(model, cfg)
+        self.optimizer = self.make_optimizer(cfg)
+
+    def make_loss(self, model: ActorValueOperator, cfg: Any) -> torch.nn.Module:
+        """The TorchRL loss module over ``model``'s policy and value heads."""
+        raise NotImplementedError
+
+    def make_optimizer(self, cfg: Any) -> torch.optim.Optimizer:
+        """The optimizer over ``self.params``."""
+        raise NotImplementedError
 
     def _objective(self, batch: TensorDictBase) -> TensorDictBase:
         """The loss module's output on ``batch``; the trunk runs once for both heads."""

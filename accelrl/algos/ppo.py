@@ -94,24 +94,8 @@ def validate_ppo(cfg: PPOConfig, steps_per_batch: int, prefix: str = "ppo") -> N
 class PPO(ActorCriticLearner):
     """PPO's loss and Adam over the actor-critic; ``update`` runs one PPO phase on a batch."""
 
-    def __init__(
-        self,
-        model: ActorValueOperator,
-        cfg: PPOConfig,
-        device: torch.device,
-        on_nonfinite: str = "stop",
-        compile_loss: bool = False,
-    ) -> None:
-        super().__init__(
-            model,
-            device,
-            gamma=cfg.gamma,
-            lmbda=cfg.gae_lambda,
-            on_nonfinite=on_nonfinite,
-            compile_loss=compile_loss,
-        )
-        self.cfg = cfg
-        self.loss = ClipPPOLoss(
+    def make_loss(self, model: ActorValueOperator, cfg: PPOConfig) -> ClipPPOLoss:
+        loss = ClipPPOLoss(
             model.get_policy_head(),
             model.get_value_head(),
             clip_epsilon=cfg.clip_epsilon,
@@ -122,7 +106,6 @@ class PPO(ActorCriticLearner):
             normalize_advantage=cfg.normalize_advantage,
             clip_value=cfg.clip_value,
         )
-        self.optimizer = adam(self.params, lr=cfg.lr, eps=cfg.adam_eps)
         if getattr(cfg, "vtrace", False):
             # Values come from ``fill_values`` (current critic); V-trace reweighs the returns
             # by pi / mu, with mu the acting policy's ``action_log_prob``.
@@ -136,6 +119,10 @@ class PPO(ActorCriticLearner):
             self.estimator.set_keys(
                 done="gae_done", terminated="gae_terminated", sample_log_prob="action_log_prob"
             )
+        return loss
+
+    def make_optimizer(self, cfg: PPOConfig) -> torch.optim.Optimizer:
+        return adam(self.params, lr=cfg.lr, eps=cfg.adam_eps)
 
     def schedule(self, progress: float) -> tuple[float, float]:
         """(learning rate, clip range) at ``progress`` in [0, 1] of the run's frames."""

@@ -108,13 +108,6 @@ class AleVecEnv(SameStepVectorEnv):
     def _final_obs(self, obs, ended, info):
         return np.where(ended[:, None, None, None], info["final_obs"], obs)
 
-    def close(self, *, raise_if_closed: bool = True) -> None:
-        vec = self.__dict__.get("_vec")
-        if vec is not None:
-            vec.close()
-            self._vec = None
-        super().close(raise_if_closed=raise_if_closed)
-
 
 @register
 class AleVecBackend(AtariBackend):

@@ -71,13 +71,6 @@ class GymVectorEnv(SameStepVectorEnv):
         out[ended] = np.stack(list(info["final_obs"][ended])).astype(np.float32, copy=False)
         return out
 
-    def close(self, *, raise_if_closed: bool = True) -> None:
-        vec = self.__dict__.get("_vec")
-        if vec is not None:
-            vec.close()
-            self._vec = None
-        super().close(raise_if_closed=raise_if_closed)
-
 
 def make_vector_obs_env(env_id: str, num_envs: int, *, seed: int) -> GymVectorEnv:
     """A seeded ``GymVectorEnv``; raises ``ValueError`` for ids gymnasium does not know."""

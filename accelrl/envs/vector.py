@@ -79,6 +79,14 @@ class SameStepVectorEnv(EnvBase):
             done=flag.clone(), terminated=flag.clone(), truncated=flag.clone(), shape=b
         )
 
+    def close(self, *, raise_if_closed: bool = True) -> None:
+        # Subclasses that step a vector env of their own keep it in ``_vec``.
+        vec = self.__dict__.get("_vec")
+        if vec is not None:
+            vec.close()
+            self._vec = None
+        super().close(raise_if_closed=raise_if_closed)
+
     @abstractmethod
     def _raw_reset(self, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Reset every simulator; returns (observations, env ids of the rows, lives or None)."""
