@@ -51,10 +51,12 @@ def run_recipe(algo: str, flags: list[str], run_dir: Path) -> dict:
     return {k: summary.get(k) for k in KEYS}
 
 
-def run_all(out: Path, resume_check: Path | None) -> None:
+def run_all(out: Path, resume_check: Path | None, only: list[str]) -> None:
     table = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, (algo, *flags) in CASES.items():
+            if only and name not in only:
+                continue
             table[name] = run_recipe(algo, flags, Path(tmp) / name.replace(" ", "_"))
             print(name, table[name], flush=True)
     if resume_check is not None:
@@ -78,7 +80,9 @@ def resume(run_dir: Path, table_path: Path) -> int:
 def compare(a: Path, b: Path) -> int:
     left, right = json.loads(a.read_text()), json.loads(b.read_text())
     differ = 0
-    for name in left:
+    for name in sorted(set(left) ^ set(right)):
+        print(f"only in {'the first' if name in left else 'the second'}: {name}")
+    for name in [n for n in left if n in right]:
         same = left[name] == right.get(name)
         differ += not same
         print(f"{'same     ' if same else 'DIFFERENT'} {name}")
@@ -95,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run")
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--resume-check", type=Path)
+    r.add_argument("--only", action="append", default=[], help="a case's name, e.g. 'ppo Pong'")
     s = sub.add_parser("resume")
     s.add_argument("run_dir", type=Path)
     s.add_argument("table", type=Path, help="the table of this checkout's `run`")
@@ -103,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("after", type=Path)
     ns = p.parse_args(argv)
     if ns.cmd == "run":
-        run_all(ns.out, ns.resume_check)
+        run_all(ns.out, ns.resume_check, ns.only)
         return 0
     if ns.cmd == "resume":
         return resume(ns.run_dir, ns.table)
