@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from accelrl.progress import AwakeClock
+from accelrl.clock import AwakeClock
 
 EPISODE_KEYS = [("next", "done"), ("next", "episode_return"), ("next", "episode_length")]
 

@@ -26,6 +26,7 @@ import torch
 from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
 from torchrl.envs import EnvBase
 
+from accelrl.clock import AwakeClock
 from accelrl.config import (
     CollectorConfig,
     EnvConfig,
@@ -35,7 +36,6 @@ from accelrl.config import (
     rows_per_batch,
 )
 from accelrl.envs import leave_ctrl_c_to_the_learner, make_env
-from accelrl.progress import AwakeClock
 from accelrl.samplers import AlternatingCollector, BatchedInferenceCollector
 
 log = logging.getLogger("accelrl")

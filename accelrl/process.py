@@ -15,7 +15,6 @@ import random
 import signal
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,19 +167,6 @@ def learner_threads(cfg: Any, plan: ThreadPlan, overlapped: bool) -> UpdateThrea
     collector with nothing overlapping the updates)."""
     in_process = cfg.collector.kind == "sync" and cfg.collector.num_workers == 0
     return UpdateThreads(plan, probe_collection=in_process and not overlapped)
-
-
-def seconds_since_start() -> float:
-    """Wall seconds since this process started (its command ran), from /proc; nan elsewhere.
-    Measures time to the first batch, imports and worker start-up included."""
-    try:
-        with open("/proc/self/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
-    except (OSError, ValueError, IndexError, StopIteration):
-        return float("nan")
-    return time.time() - (boot + start_ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def cores_per_rank(dist: DistInfo) -> int:

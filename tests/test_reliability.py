@@ -428,11 +428,11 @@ def test_a_suspended_run_is_not_a_stalled_collector():
 def test_awake_clock_leaves_out_a_pause_and_times_waits_in_awake_seconds(monkeypatch):
     """The clock behind the watchdog and the asynchronous replay's waits, on a fake monotonic
     clock: a gap between ticks beyond the grace counts one tick; a shorter delay counts whole."""
-    from accelrl import progress
+    from accelrl import clock as clocks
 
     fake = {"t": 100.0}
-    monkeypatch.setattr(progress.time, "monotonic", lambda: fake["t"])
-    clock = progress.AwakeClock(tick_s=1.0, grace_s=4.0)
+    monkeypatch.setattr(clocks.time, "monotonic", lambda: fake["t"])
+    clock = clocks.AwakeClock(tick_s=1.0, grace_s=4.0)
     start = clock.now()
     for gap in (1.0, 1.0, 3.5, 1.0):  # 3.5: a busy machine, within the grace
         fake["t"] += gap
@@ -455,11 +455,11 @@ def test_awake_clock_leaves_out_a_pause_and_times_waits_in_awake_seconds(monkeyp
             fake["t"] += seconds + (600.0 if len(self.waits) == 3 else 0.0)
 
     cond = Cond()
-    clock = progress.AwakeClock(tick_s=1.0, grace_s=4.0)
+    clock = clocks.AwakeClock(tick_s=1.0, grace_s=4.0)
     assert not clock.wait_for(cond, lambda: False, timeout=5.0)
     assert sum(cond.waits) == pytest.approx(5.0)  # five awake seconds, the pause not counted
     ready = iter([False, False, "batch"])
-    assert progress.AwakeClock().wait_for(cond, lambda: next(ready), timeout=60.0) == "batch"
+    assert clocks.AwakeClock().wait_for(cond, lambda: next(ready), timeout=60.0) == "batch"
 
 
 @pytest.mark.parametrize("policy", ["stop", "skip"])
