@@ -15,7 +15,7 @@ import tyro
 
 from accelrl.algos.common import NonFiniteError
 from accelrl.checkpoint import CheckpointError
-from accelrl.collect import CollectorFailure
+from accelrl.collectors import CollectorFailure
 from accelrl.config import RENAMED_FIELDS
 from accelrl.distributed import PeerLost
 from accelrl.run_folder import RunInterrupted

@@ -3,8 +3,9 @@
     proc = setup_process(cfg)   # console log, process group, device, threads, seeds, signals
 
 Everything a recipe needs to know about the process it runs in lives in that value: its rank
-in a data-parallel job, the learner's device, the thread budget (``accelrl.collect.ThreadPlan``)
-and the stop signals it listens to. Nothing here is module-level state.
+in a data-parallel job, the learner's device, the thread budget
+(``accelrl.collectors.ThreadPlan``) and the stop signals it listens to. Nothing here is
+module-level state.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 
 from accelrl import distributed
-from accelrl.collect import ThreadPlan, UpdateThreads, core_shortfall, plan_threads
+from accelrl.collectors.threads import ThreadPlan, UpdateThreads, core_shortfall, plan_threads
 from accelrl.config import cpu_count, resolve_device
 from accelrl.distributed import DistInfo
 
@@ -35,9 +36,9 @@ class StopSignals:
     ``requested()`` once per batch, writes a checkpoint and calls ``hand_over()``, which runs the
     handler installed before ours for SIGTERM / SIGUSR2 (submitit's, which requeues the job).
     A second Ctrl-C stops at once (``KeyboardInterrupt``, no checkpoint). Collector worker
-    processes ignore SIGINT (``accelrl.collect``), so a terminal's Ctrl-C, which reaches the
-    whole process group, leaves them to finish the batch. Installed only from the main thread;
-    ``restore()`` puts the earlier handlers back."""
+    processes ignore SIGINT (``accelrl.collectors.factory``), so a terminal's Ctrl-C, which
+    reaches the whole process group, leaves them to finish the batch. Installed only from the
+    main thread; ``restore()`` puts the earlier handlers back."""
 
     def __init__(self) -> None:
         self.signum: int | None = None

@@ -19,12 +19,11 @@ from tensordict import TensorDict
 from torchrl.envs import EnvBase, ParallelEnv
 
 from accelrl import compat
-from accelrl.collect import env_factory, plan_threads
+from accelrl.collectors import BatchedInferenceCollector, env_factory, plan_threads
 from accelrl.config import EnvConfig, ThreadsConfig
 from accelrl.envs import make_env
 from accelrl.export import greedy_module
 from accelrl.models import make_actor_critic
-from accelrl.samplers import BatchedInferenceCollector
 
 WRITTEN_AGAINST = "tensordict 0.14.3 / TorchRL 0.14.1"
 INSTALLED = f"tensordict {tensordict.__version__} / TorchRL {version('torchrl')}"
@@ -132,7 +131,7 @@ def test_batched_collector_weight_update_reaches_the_server():
     collector = BatchedInferenceCollector(
         fns,
         model,
-        frames_per_batch=8,
+        steps_per_batch=8,
         envs_per_worker=2,
         policy_device="cpu",
         storing_device="cpu",

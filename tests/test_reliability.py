@@ -185,7 +185,7 @@ class ClosesItsWorkersOnError:
 def test_watchdog_converts_and_shuts_down_after_torchrl_closed_the_workers():
     import multiprocessing
 
-    from accelrl.collect import CollectorFailure, WatchedCollector
+    from accelrl.collectors import CollectorFailure, WatchedCollector
 
     victim = multiprocessing.get_context("fork").Process(target=os._exit, args=(7,))
     victim.start()
@@ -331,7 +331,7 @@ class GoesSilent:
 @pytest.mark.parametrize("batches,limit", [(2, "limit 2 s"), (0, "limit 4 s")],
                          ids=["stalled", "never-started"])  # fmt: skip
 def test_watchdog_stops_a_silent_collector(batches, limit):
-    from accelrl.collect import CollectorFailure, WatchedCollector
+    from accelrl.collectors import CollectorFailure, WatchedCollector
 
     def backstop(signum, frame):
         raise AssertionError("the watchdog never stopped the silent collector")
@@ -360,7 +360,7 @@ def test_watchdog_stops_a_silent_collector(batches, limit):
 def test_watchdog_does_not_count_the_learners_time_with_a_batch():
     """A first compiled update can take minutes on a CPU: the learner holding a batch for longer
     than the stall limit is not a silent collector."""
-    from accelrl.collect import WatchedCollector
+    from accelrl.collectors import WatchedCollector
 
     inner = GoesSilent(3)
     watched = WatchedCollector(inner, stall_timeout_s=1.0, startup_timeout_s=1.0)
@@ -376,7 +376,7 @@ def test_watchdog_does_not_count_the_learners_time_with_a_batch():
 
 SUSPENDED_RUN = """
 import time
-from accelrl.collect import WatchedCollector
+from accelrl.collectors import WatchedCollector
 
 class Steady:
     # Batches of 0.3 s of CPU work each: a stopped process does no work (a sleep would end the
