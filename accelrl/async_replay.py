@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from accelrl.clock import AwakeClock
 from accelrl.errors import RunFailure
-from accelrl.progress import AwakeClock
 
 EPISODE_KEYS = [("next", "done"), ("next", "episode_return"), ("next", "episode_length")]
 

@@ -3,8 +3,9 @@
     proc = setup_process(cfg)   # console log, process group, device, threads, seeds, signals
 
 Everything a recipe needs to know about the process it runs in lives in that value: its rank
-in a data-parallel job, the learner's device, the thread budget (``accelrl.collect.ThreadPlan``)
-and the stop signals it listens to. Nothing here is module-level state.
+in a data-parallel job, the learner's device, the thread budget
+(``accelrl.collectors.ThreadPlan``) and the stop signals it listens to. Nothing here is
+module-level state.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import random
 import signal
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from accelrl import distributed
-from accelrl.collect import ThreadPlan, UpdateThreads, core_shortfall, plan_threads
+from accelrl.collectors.threads import ThreadPlan, UpdateThreads, core_shortfall, plan_threads
 from accelrl.config import cpu_count, resolve_device
 from accelrl.distributed import DistInfo
 
@@ -36,10 +36,10 @@ class StopSignals:
     ``requested()`` once per batch, writes a checkpoint and calls ``hand_over()``, which runs the
     handler installed before ours for SIGTERM / SIGUSR2 (submitit's, which requeues the job).
     A second Ctrl-C stops at once (``KeyboardInterrupt``, no checkpoint). Collector worker
-    processes ignore SIGINT (``accelrl.collect``), so a terminal's Ctrl-C, which reaches the
-    whole process group, leaves them to finish the batch. Installed only from the main thread;
-    ``install()`` puts ours in place and ``restore()`` the earlier handlers back: the run
-    folder's ``with`` block does both (``accelrl.run_folder``)."""
+    processes ignore SIGINT (``accelrl.collectors.factory``), so a terminal's Ctrl-C, which
+    reaches the whole process group, leaves them to finish the batch. Installed only from the
+    main thread; ``install()`` puts ours in place and ``restore()`` the earlier handlers back:
+    the run folder's ``with`` block does both (``accelrl.run_folder``)."""
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -172,19 +172,6 @@ def learner_threads(cfg: Any, plan: ThreadPlan, overlapped: bool) -> UpdateThrea
     collector with nothing overlapping the updates)."""
     in_process = cfg.collector.kind == "sync" and cfg.collector.num_workers == 0
     return UpdateThreads(plan, probe_collection=in_process and not overlapped)
-
-
-def seconds_since_start() -> float:
-    """Wall seconds since this process started (its command ran), from /proc; nan elsewhere.
-    Measures time to the first batch, imports and worker start-up included."""
-    try:
-        with open("/proc/self/stat") as f:
-            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
-    except (OSError, ValueError, IndexError, StopIteration):
-        return float("nan")
-    return time.time() - (boot + start_ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def cores_per_rank(dist: DistInfo) -> int:

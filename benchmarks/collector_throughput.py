@@ -2,7 +2,7 @@
 
 Pipelines, timed in interleaved rounds within one process after their startup and warm-up:
 
-- accelrl: ``accelrl.collect.make_collector`` with 8 and 16 envs in-process (``Collector``), 16
+- accelrl: ``accelrl.collectors.make_collector`` with 8 and 16 envs in-process (``Collector``), 16
   envs in ale-py's async mode returning the first 8 to finish each step (``async_batch_size=8``:
   the simulators keep running during inference), and (unless ``--no-workers``) 2 worker
   processes x 8 envs (``MultiSyncCollector``); 64 steps per row per batch;
@@ -100,7 +100,7 @@ class BackgroundSegment:
     def settle(self) -> None:
         """Let the background workers fill their queue (or pause the inference server) so that
         the next timed segment starts from a steady state."""
-        from accelrl.samplers import BatchedInferenceCollector
+        from accelrl.collectors import BatchedInferenceCollector
 
         if isinstance(self.collector, BatchedInferenceCollector):
             self._pause = self.collector.pause()
@@ -170,7 +170,7 @@ def build_accelrl(
     """accelrl's collector of ``kind`` with ``num_envs`` simulators per process;
     ``async_rows`` > 0 selects ale-py's async mode (rows per step). Returns (collector, agent
     steps per batch)."""
-    from accelrl.collect import make_collector, plan_threads
+    from accelrl.collectors import make_collector, plan_threads
     from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig
 
     procs = 1 if kind == "async" else max(1, num_workers)  # an async batch is one worker's
@@ -221,7 +221,7 @@ def build_reference(
 
 def env_segment(num_envs: int, seed: int, game: str = GAME):
     """accelrl's env alone, stepped as its collector does, with pre-generated random actions."""
-    from accelrl.collect import plan_threads
+    from accelrl.collectors import plan_threads
     from accelrl.config import EnvConfig, ThreadsConfig
     from accelrl.envs import make_env
 
@@ -247,7 +247,7 @@ def loop_segment(num_envs: int, num_actions: int, seed: int):
     interference between simulator and network that the separate parts do not see."""
     from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-    from accelrl.collect import plan_threads
+    from accelrl.collectors import plan_threads
     from accelrl.config import EnvConfig, ThreadsConfig
     from accelrl.envs import make_env
 

@@ -16,7 +16,7 @@ Configurations per algorithm (each a fresh process; rounds alternate them):
 - ``recipe+cudagraphs``: ``--compile.policy --compile.cudagraphs`` (with ``--device cuda``).
 
 Steady state excludes the first ``--warmup`` batches (start-up, allocator warm-up, compilation);
-for the recipes it also excludes their first thread probe (``accelrl.collect.UpdateThreads``:
+for the recipes it also excludes their first thread probe (``accelrl.collectors.UpdateThreads``:
 after one warm-up update, ``2 x probes`` updates alternate between 1 thread and every core, and
 from the second collection on ``4 x probes`` in-process collections do, half of each at the
 slower count), which a run repeats only every ``probe_every`` (500) updates: ``probes /
@@ -132,7 +132,7 @@ def plain_fps(
 def probe_window() -> int:
     """Batches before a synchronous in-process recipe's thread choices settle: the warm-up
     update and the first probes of update and collection threads."""
-    from accelrl.collect import ThreadPlan, UpdateThreads
+    from accelrl.collectors import ThreadPlan, UpdateThreads
 
     probe = UpdateThreads(ThreadPlan(2, 1, 1, 1, update_torch=2), probe_collection=True)
     return probe.probe_phase()

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def collector_ab(rounds: int, seconds: float) -> None:
-    from accelrl.collect import make_collector, plan_threads
+    from accelrl.collectors import make_collector, plan_threads
     from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig
     from benchmarks.collector_throughput import collector_segment, make_policy
 

@@ -166,7 +166,7 @@ def plain_runner(
     from it; batches until ``cfg.total_frames``) seeded ``seed``, with the simulator threads the
     recipe would plan and ``torch_threads`` (default: the recipe's learner share while it
     collects)."""
-    from accelrl.collect import plan_threads
+    from accelrl.collectors import plan_threads
 
     cfg = dataclasses.replace(cfg, seed=seed)
     plan = plan_threads(cfg.threads, 0)  # plain loops run the simulators in-process
@@ -213,7 +213,7 @@ def describe(spec: TrainSpec, cfg: Any) -> str:
 
 def probe_batches(spec: TrainSpec, cfg: Any, plan: Any) -> int:
     """Batches at the start of a synchronous recipe run during which
-    ``accelrl.collect.UpdateThreads`` is still probing thread counts (whole collections and
+    ``accelrl.collectors.UpdateThreads`` is still probing thread counts (whole collections and
     updates at the count being tried; repeated every 500 updates, 0.4-2% of a long run): 0
     where nothing is probed (asynchronous kinds, DQN's replay feeder, a fixed count). The
     train rows report steady state, so the recipe runs these batches on top of the warm-up and
@@ -242,7 +242,7 @@ def bench_spec(
     ratio is against the faster of the two (the plain loop at its best, as the recipe picks its
     update threads by measurement). The recipe's rate also leaves out its first thread probe
     (``probe_batches``, run on top of the warm-up)."""
-    from accelrl.collect import plan_threads
+    from accelrl.collectors import plan_threads
 
     warmup = spec.warmup[quick]
     probe = make_config(spec, game, device, quick, "unused", num_envs)

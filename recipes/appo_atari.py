@@ -20,13 +20,12 @@ import torch
 
 from accelrl.algos.ppo import PPO, APPOConfig, validate_ppo
 from accelrl.cli import run_recipe
-from accelrl.collect import run_collector
+from accelrl.collectors import PolicyLag, run_collector
 from accelrl.config import CollectorConfig, RunConfig
 from accelrl.envs import describe_env
 from accelrl.models import make_actor_critic
 from accelrl.process import lr_scale, setup_process
 from accelrl.run_folder import RunFolder
-from accelrl.samplers import PolicyLag
 from accelrl.validate import require_whole_trajectories, validate_common
 
 ALGO = "appo"
@@ -83,7 +82,10 @@ def train(cfg: Config) -> dict:
         # is ready while the others keep stepping. Every step is stamped with the version
         # (update count) of the weights that took it.
         lag = PolicyLag(cfg.collector, progress.updates, proc.device)
-        collector = run_collector(cfg, proc, lag.acting(appo.collect_policy), progress.updates)
+        acting = lag.acting(appo.collect_policy)
+        collector = run_collector(
+            cfg.env, cfg.collector, cfg.compile, acting, proc, progress.updates
+        )
         try:
             for batch in collector:  # [envs, T] agent steps of one worker
                 if not lag.accept(batch, progress):

@@ -19,7 +19,7 @@ import torch
 from accelrl.algos.dqn import DQN, DQNConfig, apply_preset, preset_num_envs, validate_dqn
 from accelrl.async_replay import ReplayFeeder, SyncReplay
 from accelrl.cli import run_recipe
-from accelrl.collect import WatchedCollector, run_collector
+from accelrl.collectors import WatchedCollector, run_collector
 from accelrl.config import CollectorConfig, EnvConfig, RunConfig, rows_per_batch
 from accelrl.envs import describe_env, frames_per_step
 from accelrl.process import lr_scale, setup_process
@@ -130,7 +130,9 @@ def train(cfg: Config) -> dict:
         # Simulators: make_env's vector env inside TorchRL's Collector (MultiSyncCollector with
         # --collector.num-workers), acting epsilon-greedily with one batched forward pass.
         def collector_for(policy: torch.nn.Module) -> WatchedCollector:
-            return run_collector(cfg, proc, policy, progress.updates)
+            return run_collector(
+                cfg.env, cfg.collector, cfg.compile, policy, proc, progress.updates
+            )
 
         # Updates wait for learning_starts_frames of new frames (agent steps here), also after a
         # resume whose replay was not saved.

@@ -16,13 +16,12 @@ import torch
 
 from accelrl.algos.ppo import PPO, PPOConfig, validate_ppo
 from accelrl.cli import run_recipe
-from accelrl.collect import run_collector
+from accelrl.collectors import PolicyLag, run_collector
 from accelrl.config import CollectorConfig, RunConfig
 from accelrl.envs import describe_env
 from accelrl.models import make_actor_critic
 from accelrl.process import lr_scale, setup_process
 from accelrl.run_folder import RunFolder
-from accelrl.samplers import PolicyLag
 from accelrl.validate import require_whole_trajectories, validate_common
 
 ALGO = "ppo"
@@ -75,10 +74,13 @@ def train(cfg: Config) -> dict:
 
         # Simulators: make_env's vector env (ale-py's AtariVectorEnv, preprocessing in C++)
         # inside TorchRL's Collector, or its MultiSyncCollector with --collector.num-workers
-        # (the other --collector.kind choices: accelrl.collect.make_collector). One batched
+        # (the other --collector.kind choices: accelrl.collectors.make_collector). One batched
         # forward pass acts for all simulators and records the state values GAE needs.
         lag = PolicyLag(cfg.collector, progress.updates, proc.device)  # async kinds only
-        collector = run_collector(cfg, proc, lag.acting(ppo.collect_policy), progress.updates)
+        acting = lag.acting(ppo.collect_policy)  # stamped with its version (kind async)
+        collector = run_collector(
+            cfg.env, cfg.collector, cfg.compile, acting, proc, progress.updates
+        )
         try:
             for batch in collector:  # [envs, T] (or [workers, envs, T]) agent steps
                 if not lag.accept(batch, progress):

@@ -12,10 +12,9 @@ import torch
 from tensordict.nn import TensorDictSequential
 
 from accelrl.algos.dqn import DQNConfig
-from accelrl.collect import make_collector, plan_threads
+from accelrl.collectors import VersionStamp, make_collector, plan_threads, policy_lag
 from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig
 from accelrl.models import make_actor_critic
-from accelrl.samplers import VersionStamp, policy_lag
 from accelrl.validate import ConfigError, validate_common
 from recipes import appo_atari, dqn_atari
 from reference.cartpole_presets import cartpole_config
@@ -158,7 +157,7 @@ def test_appo_drops_batches_beyond_the_policy_lag_bound(tmp_path, monkeypatch):
     batches; a lagged batch reaches the learner without the collected values (recomputed with
     the current critic), a current one with them."""
     from accelrl.algos.ppo import PPO as APPO  # the APPO recipe runs PPO's update
-    from accelrl.samplers import PolicyLag
+    from accelrl.collectors import PolicyLag
 
     judged: list[tuple[float, bool, int]] = []
     seen: list[tuple[float, bool]] = []

@@ -118,13 +118,13 @@ def test_train_rows_compare_with_the_plain_loop_at_its_best_thread_count(monkeyp
     """The recipe's synchronous updates pick their torch threads by measurement, so a training
     row's plain loop runs at the recipe's collection share *and* at its update count, and the
     ratio is against the faster (a plain loop held at 1 thread flattered the recipe 1.6x)."""
-    from accelrl import collect
+    from accelrl import collectors
     from benchmarks import train_throughput as tt
 
-    plan = collect.ThreadPlan(
+    plan = collectors.ThreadPlan(
         cores=2, learner_torch=1, worker_torch=1, sim_threads=2, update_torch=2
     )
-    monkeypatch.setattr(collect, "plan_threads", lambda *a, **k: plan)
+    monkeypatch.setattr(collectors, "plan_threads", lambda *a, **k: plan)
 
     def records(fps: float, n: int = 7) -> list[tuple[int, float]]:
         return [(i * 1000, i * 1000 / fps) for i in range(1, n + 1)]
@@ -154,20 +154,20 @@ def test_train_rows_leave_out_the_recipes_first_thread_probe(monkeypatch):
     """A synchronous run's first batches probe 1 and 2 threads for whole updates and
     collections; the train row runs them on top of the warm-up and leaves them out of the
     recipe's rate (a 4-batch PPO row had measured little but the probe)."""
-    from accelrl import collect
+    from accelrl import collectors
     from benchmarks import train_throughput as tt
 
-    plan = collect.ThreadPlan(
+    plan = collectors.ThreadPlan(
         cores=2, learner_torch=1, worker_torch=1, sim_threads=2, update_torch=2
     )
-    monkeypatch.setattr(collect, "plan_threads", lambda *a, **k: plan)
+    monkeypatch.setattr(collectors, "plan_threads", lambda *a, **k: plan)
     spec = next(s for s in tt.SPECS if s.name == "ppo")
     batch = tt.make_config(spec, "Pong", "cpu", quick=True, run_dir="unused")
     frames = batch.collector.steps_per_batch * batch.env.frameskip
     probing = tt.probe_batches(spec, batch, plan)
     # Updates: warm-up, then 2 probes of each count; collections: from the second on, 4 each.
     assert probing == 10
-    fixed = collect.ThreadPlan(cores=2, learner_torch=2, worker_torch=2, sim_threads=2)
+    fixed = collectors.ThreadPlan(cores=2, learner_torch=2, worker_torch=2, sim_threads=2)
     assert tt.probe_batches(spec, batch, fixed) == 0  # one count: nothing to probe
     dqn = next(s for s in tt.SPECS if s.name == "dqn")
     dqn_cfg = tt.make_config(dqn, "Pong", "cpu", quick=True, run_dir="unused")

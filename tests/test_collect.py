@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from accelrl.collect import UpdateThreads, make_collector, plan_threads
+from accelrl.collectors import UpdateThreads, make_collector, plan_threads
 from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig
 from accelrl.models import make_actor_critic
 
@@ -59,9 +59,9 @@ def test_learner_process_flushes_subnormal_floats():
 
 
 class FakeClock:
-    """``accelrl.collect``'s perf_counter, moved only by the test: the thread choice follows the
-    times the test gives, however loaded the machine is (real sleeps of a few milliseconds
-    overshot by more than the difference under load and flipped the choice)."""
+    """The perf_counter of ``accelrl.collectors.threads``, moved only by the test: the thread
+    choice follows the times the test gives, however loaded the machine is (real sleeps of a
+    few milliseconds overshot by more than the difference under load and flipped the choice)."""
 
     def __init__(self) -> None:
         self.now = 0.0
@@ -77,10 +77,10 @@ class FakeClock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     from types import SimpleNamespace
 
-    from accelrl import collect
+    from accelrl.collectors import threads
 
     fake = FakeClock()
-    monkeypatch.setattr(collect, "time", SimpleNamespace(perf_counter=fake))
+    monkeypatch.setattr(threads, "time", SimpleNamespace(perf_counter=fake))
     return fake
 
 
@@ -244,7 +244,7 @@ def test_workers_act_with_new_weights_after_sync():
 def test_watched_collector_skips_the_weight_copy_only_when_it_acts_with_the_learners_module(
     workers, monkeypatch
 ):
-    from accelrl.collect import WatchedCollector
+    from accelrl.collectors import WatchedCollector
 
     model = make_actor_critic("observation", (4,), 2)
     inner = cartpole_collector(model, workers)
@@ -288,7 +288,7 @@ def test_in_process_collector_layout_and_keys():
 
 
 def test_core_shortfall_names_the_numbers():
-    from accelrl.collect import core_shortfall
+    from accelrl.collectors import core_shortfall
 
     env = EnvConfig(game="Pong", num_envs=8)
     assert core_shortfall(3, env, CollectorConfig(num_workers=2)) is None

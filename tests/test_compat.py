@@ -27,12 +27,11 @@ from torchrl.modules import QValueActor, QValueModule
 from torchrl.objectives import DQNLoss, HardUpdate
 
 from accelrl import compat
-from accelrl.collect import env_factory, plan_threads
+from accelrl.collectors import BatchedInferenceCollector, env_factory, plan_threads
 from accelrl.config import EnvConfig, ThreadsConfig
 from accelrl.envs import make_env
 from accelrl.export import greedy_module
 from accelrl.models import DirectTensorDictModule, make_actor_critic
-from accelrl.samplers import BatchedInferenceCollector
 
 WRITTEN_AGAINST = "tensordict 0.14.3 / TorchRL 0.14.1"
 INSTALLED = f"tensordict {tensordict.__version__} / TorchRL {version('torchrl')}"
@@ -140,7 +139,7 @@ def test_batched_collector_weight_update_reaches_the_server():
     collector = BatchedInferenceCollector(
         fns,
         model,
-        frames_per_batch=8,
+        steps_per_batch=8,
         envs_per_worker=2,
         policy_device="cpu",
         storing_device="cpu",

@@ -12,6 +12,7 @@ from accelrl.algos.a2c import A2C, A2CConfig
 from accelrl.algos.common import advantages, total_loss
 from accelrl.algos.dqn import DQN
 from accelrl.algos.ppo import PPO, PPOConfig
+from accelrl.config import CompileConfig
 from tests.helpers import grads
 from tests.numerics import TIGHT, float64
 from tests.test_dqn_math import fixed_batch, make_dqn
@@ -103,7 +104,8 @@ def test_compiled_policy_acts_with_the_learners_latest_weights(num_workers):
     from tests.test_collect import cartpole_collector, force_action
 
     model = make_actor_critic("observation", (4,), 2)
-    collector = cartpole_collector(model, num_workers, steps_per_batch=32, compile_policy=True)
+    compiled = CompileConfig(policy=True)
+    collector = cartpole_collector(model, num_workers, steps_per_batch=32, compile_cfg=compiled)
     try:
         assert collector.compiled_policy
         batches = iter(collector)

@@ -18,7 +18,7 @@ from accelrl.algos.dqn import (
     preset_num_envs,
     validate_dqn,
 )
-from accelrl.collect import plan_threads, run_collector
+from accelrl.collectors import plan_threads, run_collector
 from accelrl.config import EnvConfig
 from accelrl.envs import make_env
 from accelrl.progress import Progress
@@ -152,7 +152,7 @@ def test_epsilon_schedule_counts_every_worker_and_frame_skip(tmp_path):
         threads=plan_threads(cfg.threads, cfg.collector.num_workers),
         device="cpu",
     )
-    collector = run_collector(cfg, proc, dqn.collect_policy, 0)
+    collector = run_collector(cfg.env, cfg.collector, cfg.compile, dqn.collect_policy, proc, 0)
     try:
         next(iter(collector))
         assert 4 * 32 < int(dqn.explore.frames) <= 4 * 64

@@ -185,7 +185,7 @@ class ClosesItsWorkersOnError:
 def test_watchdog_converts_and_shuts_down_after_torchrl_closed_the_workers():
     import multiprocessing
 
-    from accelrl.collect import CollectorFailure, WatchedCollector
+    from accelrl.collectors import CollectorFailure, WatchedCollector
 
     victim = multiprocessing.get_context("fork").Process(target=os._exit, args=(7,))
     victim.start()
@@ -331,7 +331,7 @@ class GoesSilent:
 @pytest.mark.parametrize("batches,limit", [(2, "limit 2 s"), (0, "limit 4 s")],
                          ids=["stalled", "never-started"])  # fmt: skip
 def test_watchdog_stops_a_silent_collector(batches, limit):
-    from accelrl.collect import CollectorFailure, WatchedCollector
+    from accelrl.collectors import CollectorFailure, WatchedCollector
 
     def backstop(signum, frame):
         raise AssertionError("the watchdog never stopped the silent collector")
@@ -360,7 +360,7 @@ def test_watchdog_stops_a_silent_collector(batches, limit):
 def test_watchdog_does_not_count_the_learners_time_with_a_batch():
     """A first compiled update can take minutes on a CPU: the learner holding a batch for longer
     than the stall limit is not a silent collector."""
-    from accelrl.collect import WatchedCollector
+    from accelrl.collectors import WatchedCollector
 
     inner = GoesSilent(3)
     watched = WatchedCollector(inner, stall_timeout_s=1.0, startup_timeout_s=1.0)
@@ -376,7 +376,7 @@ def test_watchdog_does_not_count_the_learners_time_with_a_batch():
 
 SUSPENDED_RUN = """
 import time
-from accelrl.collect import WatchedCollector
+from accelrl.collectors import WatchedCollector
 
 class Steady:
     # Batches of 0.3 s of CPU work each: a stopped process does no work (a sleep would end the
@@ -428,11 +428,11 @@ def test_a_suspended_run_is_not_a_stalled_collector():
 def test_awake_clock_leaves_out_a_pause_and_times_waits_in_awake_seconds(monkeypatch):
     """The clock behind the watchdog and the asynchronous replay's waits, on a fake monotonic
     clock: a gap between ticks beyond the grace counts one tick; a shorter delay counts whole."""
-    from accelrl import progress
+    from accelrl import clock as clocks
 
     fake = {"t": 100.0}
-    monkeypatch.setattr(progress.time, "monotonic", lambda: fake["t"])
-    clock = progress.AwakeClock(tick_s=1.0, grace_s=4.0)
+    monkeypatch.setattr(clocks.time, "monotonic", lambda: fake["t"])
+    clock = clocks.AwakeClock(tick_s=1.0, grace_s=4.0)
     start = clock.now()
     for gap in (1.0, 1.0, 3.5, 1.0):  # 3.5: a busy machine, within the grace
         fake["t"] += gap
@@ -455,11 +455,11 @@ def test_awake_clock_leaves_out_a_pause_and_times_waits_in_awake_seconds(monkeyp
             fake["t"] += seconds + (600.0 if len(self.waits) == 3 else 0.0)
 
     cond = Cond()
-    clock = progress.AwakeClock(tick_s=1.0, grace_s=4.0)
+    clock = clocks.AwakeClock(tick_s=1.0, grace_s=4.0)
     assert not clock.wait_for(cond, lambda: False, timeout=5.0)
     assert sum(cond.waits) == pytest.approx(5.0)  # five awake seconds, the pause not counted
     ready = iter([False, False, "batch"])
-    assert progress.AwakeClock().wait_for(cond, lambda: next(ready), timeout=60.0) == "batch"
+    assert clocks.AwakeClock().wait_for(cond, lambda: next(ready), timeout=60.0) == "batch"
 
 
 @pytest.mark.parametrize("policy", ["stop", "skip"])
