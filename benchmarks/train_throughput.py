@@ -52,6 +52,13 @@ class TrainSpec:
     preset: str | None = None
     reference: str = ""
 
+    @classmethod
+    def dqn_preset(
+        cls, preset: str, iterations: tuple[int, int], warmup: tuple[int, int], reference: str
+    ) -> TrainSpec:
+        """The DQN recipe with its preset ``preset`` (``recipes.dqn_atari``), named after it."""
+        return cls(preset, "recipes.dqn_atari", "dqn", iterations, warmup, preset, reference)
+
 
 SPECS = [
     TrainSpec("ppo", "recipes.ppo_atari", "ppo", (4, 2), (1, 1), reference="plain PPO"),
@@ -59,24 +66,8 @@ SPECS = [
     # run-to-run swings of +-10%, 120 read 0.97-1.00x (benchmarks.learner_speed, 2026-12-02).
     TrainSpec("a2c", "recipes.a2c_atari", "a2c", (125, 8), (5, 3), reference="plain A2C"),
     TrainSpec("dqn", "recipes.dqn_atari", "dqn", (33, 4), (3, 2), reference="plain DQN"),
-    TrainSpec(
-        "dqn-512",
-        "recipes.dqn_atari",
-        "dqn",
-        (6, 2),
-        (2, 1),
-        preset="dqn-512",
-        reference="plain double DQN",
-    ),
-    TrainSpec(
-        "rainbow",
-        "recipes.dqn_atari",
-        "dqn",
-        (23, 4),
-        (3, 2),
-        preset="rainbow",
-        reference="plain rainbow",
-    ),
+    TrainSpec.dqn_preset("dqn-512", (6, 2), (2, 1), reference="plain double DQN"),
+    TrainSpec.dqn_preset("rainbow", (23, 4), (3, 2), reference="plain rainbow"),
     TrainSpec("appo", "recipes.appo_atari", "appo", (6, 3), (2, 2), reference="plain PPO"),
 ]
 

@@ -301,28 +301,30 @@ def setup(
 
 
 class BatchLog:
-    """What a loop does after each batch: a ``(frames, seconds)`` record (seconds since this
-    object was made), the ``on_iteration`` hook, and a save of ``checkpoint`` when one is due."""
+    """What a loop does around its batches. Made (after the loop's model and optimizer), it
+    restores a resumed ``checkpoint`` into ``model`` and ``opt`` (``restored``: the loop's own
+    part, empty on a fresh start); after each batch, ``done`` keeps a ``(frames, seconds)``
+    record (seconds since this object was made), calls the ``on_iteration`` hook and saves
+    ``checkpoint`` when a save is due, with ``extra()`` (the loop's own state) when given."""
 
     def __init__(
         self,
         env: VecAtari,
+        model: nn.Module,
+        opt: torch.optim.Optimizer,
         on_iteration: Callable[[int, VecAtari], None] | None,
         checkpoint: Checkpoint | None,
+        extra: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
-        self.env, self.on_iteration, self.checkpoint = env, on_iteration, checkpoint
+        self.env, self.model, self.opt, self.extra = env, model, opt, extra
+        self.on_iteration, self.checkpoint = on_iteration, checkpoint
+        self.restored = checkpoint.restore(model, opt) if checkpoint else {}
         self.records: list[Record] = []
         self.start = time.perf_counter()
 
-    def done(
-        self,
-        frames: int,
-        model: nn.Module,
-        opt: torch.optim.Optimizer,
-        extra: Callable[[], dict[str, Any]] | None = None,
-    ) -> None:
+    def done(self, frames: int) -> None:
         self.records.append((frames, time.perf_counter() - self.start))
         if self.on_iteration is not None:
             self.on_iteration(frames, self.env)
         if self.checkpoint:
-            self.checkpoint.step(frames, model, opt, extra)
+            self.checkpoint.step(frames, self.model, self.opt, self.extra)

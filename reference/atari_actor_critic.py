@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from reference.atari import ActorCritic, BatchLog, Checkpoint, Record, VecAtari, setup
-from reference.common import RMSpropTF, clipped_step, require, set_lr
+from reference.common import RMSpropTF, anneal_lr, clipped_step, require
 
 if TYPE_CHECKING:  # the recipes' config dataclasses, for annotations only
     from recipes.a2c_atari import Config as A2CRecipeConfig
@@ -133,15 +133,12 @@ def plain_ppo(
     env, dev, steps, frames, batches = setup(cfg, iterations, checkpoint, threads, device)
     model = ActorCritic(env.num_actions, cfg.env.frame_stack, cfg.env.screen_size).to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=p.lr, eps=p.adam_eps)
-    if checkpoint:
-        checkpoint.restore(model, opt)
+    log = BatchLog(env, model, opt, on_iteration, checkpoint)  # restores a resumed checkpoint
     rollout = Rollout(env, model, steps, dev)
     n = env.num_envs * steps
-    log = BatchLog(env, on_iteration, checkpoint)
     try:
         for _ in batches:
-            remaining = max(0.0, 1.0 - frames / cfg.total_frames)
-            set_lr(opt, p.lr * (remaining if p.anneal_lr else 1.0))
+            remaining = anneal_lr(opt, p, frames / cfg.total_frames)
             clip = max(p.clip_epsilon * (remaining if p.anneal_clip else 1.0), 1e-8)
             last_value = rollout.collect()
             adv = rollout.advantages(last_value, p.gamma, p.gae_lambda)
@@ -152,7 +149,7 @@ def plain_ppo(
             # The metrics reach the host once per update, as the recipe's.
             ppo_phase(model, opt, batch, p, clip).tolist()
             frames += n * cfg.env.frameskip
-            log.done(frames, model, opt)
+            log.done(frames)
     finally:
         env.close()
     return log.records
@@ -195,15 +192,12 @@ def plain_a2c(
         # TensorFlow's RMSprop (eps inside the square root, average from one), as OpenAI
         # baselines' A2C uses; PyTorch's form takes far larger early steps.
         opt = RMSpropTF(model.parameters(), lr=a.lr, alpha=a.rms_alpha, eps=a.eps)
-    if checkpoint:
-        checkpoint.restore(model, opt)
+    log = BatchLog(env, model, opt, on_iteration, checkpoint)  # restores a resumed checkpoint
     rollout = Rollout(env, model, steps, dev)
     n = env.num_envs * steps
-    log = BatchLog(env, on_iteration, checkpoint)
     try:
         for _ in batches:
-            remaining = max(0.0, 1.0 - frames / cfg.total_frames)
-            set_lr(opt, a.lr * (remaining if a.anneal_lr else 1.0))
+            anneal_lr(opt, a, frames / cfg.total_frames)
             last_value = rollout.collect()
             adv = rollout.advantages(last_value, a.gamma, a.gae_lambda)
             returns = (adv + rollout.values).reshape(n)
@@ -212,7 +206,7 @@ def plain_a2c(
             grad_norm = clipped_step(opt, loss, model.parameters(), a.max_grad_norm)
             float(loss.detach()), float(grad_norm)  # logged per update by the recipe too
             frames += n * cfg.env.frameskip
-            log.done(frames, model, opt)
+            log.done(frames)
     finally:
         env.close()
     return log.records

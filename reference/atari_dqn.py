@@ -131,14 +131,6 @@ def plain_dqn(
     support = torch.linspace(s.v_min, s.v_max, s.atoms, device=dev)
     per_batch = s.training_intensity * n * steps / s.batch_size
     updates, credit = 0, 0.0
-    if checkpoint:
-        saved = checkpoint.restore(online, opt)
-        if saved:
-            target.load_state_dict(saved["target"])
-            replay.load_state_dict(saved["replay"])
-            updates, credit = int(saved["updates"]), float(saved["credit"])
-            np.random.set_state(("MT19937", saved["np_rng"].numpy().astype(np.uint32),
-                                 int(saved["np_pos"]), 0, 0.0))  # fmt: skip
 
     def loop_state() -> dict[str, Any]:
         _, keys, pos, *_ = np.random.get_state()
@@ -146,7 +138,14 @@ def plain_dqn(
                 "updates": updates, "credit": credit,
                 "np_rng": torch.from_numpy(keys.astype(np.int64)), "np_pos": int(pos)}  # fmt: skip
 
-    log = BatchLog(env, on_iteration, checkpoint)
+    # A resumed checkpoint's model and optimizer come back here, the loop's own part below.
+    log = BatchLog(env, online, opt, on_iteration, checkpoint, loop_state)
+    if saved := log.restored:
+        target.load_state_dict(saved["target"])
+        replay.load_state_dict(saved["replay"])
+        updates, credit = int(saved["updates"]), float(saved["credit"])
+        np.random.set_state(("MT19937", saved["np_rng"].numpy().astype(np.uint32),
+                             int(saved["np_pos"]), 0, 0.0))  # fmt: skip
 
     def update() -> None:
         nonlocal updates
@@ -186,7 +185,7 @@ def plain_dqn(
                 while credit >= 1.0:
                     update()
                     credit -= 1.0
-            log.done(frames, online, opt, loop_state)
+            log.done(frames)
     finally:
         env.close()
     return log.records

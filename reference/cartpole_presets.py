@@ -33,21 +33,12 @@ KINDS: dict[str, str] = {
 RECIPES = {"ppo": ppo_atari, "a2c": a2c_atari, "dqn": dqn_atari}
 
 DQN_CARTPOLE = dict(
-    lr=2.3e-3,
-    adam_eps=1e-8,
-    batch_size=64,
-    replay_capacity=100_000,
-    learning_starts_frames=1000,
-    training_intensity=32.0,
+    lr=2.3e-3, adam_eps=1e-8, max_grad_norm=10.0, gamma=0.99,
+    batch_size=64, replay_capacity=100_000, learning_starts_frames=1000, training_intensity=32.0,
     target_update_interval=128,
-    eps_start=1.0,
-    eps_end=0.04,
-    eps_decay_frames=8000,
-    gamma=0.99,
-    max_grad_norm=10.0,
-    v_min=0.0,
-    v_max=100.0,
-)
+    eps_start=1.0, eps_end=0.04, eps_decay_frames=8000,
+    v_min=0.0, v_max=100.0,
+)  # fmt: skip
 """RL-zoo's CartPole DQN (``DQNConfig`` fields; outside Atari a frame is an agent step): 8 envs,
 256 transitions a batch, (256, 256) ReLU MLP, 128 updates of batch 64 per batch."""
 
@@ -68,30 +59,16 @@ double+dueling loop had fallen back to a last-100 mean of 49 (greedy 109) on see
 learning rate DQN on CartPole peaks and then collapses."""
 
 PPO_CARTPOLE = dict(
-    lr=1e-3,
-    clip_epsilon=0.2,
-    epochs=20,
-    minibatches=1,
-    gamma=0.98,
-    gae_lambda=0.8,
-    entropy_coef=0.0,
-    value_coef=0.5,
-    max_grad_norm=0.5,
-)
+    lr=1e-3, clip_epsilon=0.2, epochs=20, minibatches=1,
+    gamma=0.98, gae_lambda=0.8, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5,
+)  # fmt: skip
 """RL-zoo's CartPole PPO (``PPOConfig`` fields; APPO's tests use them too): 8 envs x 32 steps,
 lr and clip range annealed to 0, clipped value loss."""
 
 A2C_CARTPOLE = dict(
-    optimizer="rmsprop",
-    lr=4e-3,
-    rms_alpha=0.99,
-    eps=1e-5,
-    gamma=0.99,
-    gae_lambda=1.0,
-    entropy_coef=0.0,
-    value_coef=0.5,
-    max_grad_norm=0.5,
-)
+    optimizer="rmsprop", lr=4e-3, rms_alpha=0.99, eps=1e-5,
+    gamma=0.99, gae_lambda=1.0, entropy_coef=0.0, value_coef=0.5, max_grad_norm=0.5,
+)  # fmt: skip
 """RL-zoo's CartPole A2C (``A2CConfig`` fields): 8 envs x 5 steps, n-step returns, TF-form
 RMSprop, lr annealed to 0."""
 

@@ -50,6 +50,7 @@ from torch import nn
 from reference.common import (
     Ring,
     RMSpropTF,
+    anneal_lr,
     batch_layout,
     clipped_step,
     dqn_losses,
@@ -57,7 +58,6 @@ from reference.common import (
     q_values,
     require,
     seed_all,
-    set_lr,
 )
 
 if TYPE_CHECKING:  # the recipes' config dataclasses, for annotations only
@@ -417,6 +417,21 @@ def actor_critic_result(cfg: Any, model: ActorCritic, rollout: Rollout, started:
     return result(rollout.episodes, greedy, started)
 
 
+def entropy_step(
+    opt: torch.optim.Optimizer,
+    model: ActorCritic,
+    loss: torch.Tensor,
+    dist: torch.distributions.Categorical,
+    s: Any,
+) -> None:
+    """One clipped optimizer step on ``loss`` less ``s.entropy_coef`` x ``dist``'s mean entropy
+    (no entropy term at all when the coefficient is 0). ``s``: the recipe's ``cfg.ppo`` or
+    ``cfg.a2c``."""
+    if s.entropy_coef:
+        loss = loss - s.entropy_coef * dist.entropy().mean()
+    clipped_step(opt, loss, model.parameters(), s.max_grad_norm)
+
+
 def plain_ppo(cfg: PPORecipeConfig) -> dict:
     """PPO with ``cfg``'s settings (``cfg.ppo``): separate actor and critic MLPs of
     ``cfg.model.mlp_hidden``."""
@@ -428,8 +443,7 @@ def plain_ppo(cfg: PPORecipeConfig) -> dict:
     try:
         while rollout.collected < total_steps:
             batch = rollout.collect()
-            remaining = max(0.0, 1.0 - rollout.collected / total_steps)
-            set_lr(opt, s.lr * (remaining if s.anneal_lr else 1.0))
+            remaining = anneal_lr(opt, s, rollout.collected / total_steps)
             clip = max(s.clip_epsilon * (remaining if s.anneal_clip else 1.0), 1e-8)
             with torch.no_grad():
                 adv, ret = gae(batch, s.gamma, s.gae_lambda)
@@ -456,9 +470,7 @@ def plain_ppo(cfg: PPORecipeConfig) -> dict:
                         v_clipped = v_old + (v - v_old).clamp(-clip, clip)
                         v_loss = torch.max(v_loss, (v_clipped - mb["return"]) ** 2)
                     loss = pg + s.value_coef * 0.5 * v_loss.mean()
-                    if s.entropy_coef:
-                        loss = loss - s.entropy_coef * dist.entropy().mean()
-                    clipped_step(opt, loss, model.parameters(), s.max_grad_norm)
+                    entropy_step(opt, model, loss, dist, s)
     finally:
         env.close()
     return actor_critic_result(cfg, model, rollout, started)
@@ -476,8 +488,7 @@ def plain_a2c(cfg: A2CRecipeConfig) -> dict:
     try:
         while rollout.collected < total_steps:
             batch = rollout.collect()
-            remaining = max(0.0, 1.0 - rollout.collected / total_steps)
-            set_lr(opt, s.lr * (remaining if s.anneal_lr else 1.0))
+            anneal_lr(opt, s, rollout.collected / total_steps)
             with torch.no_grad():
                 adv, ret = gae(batch, s.gamma, s.gae_lambda)
             obs, action = batch["obs"].reshape(-1, batch["obs"].shape[-1]), batch["action"]
@@ -488,9 +499,7 @@ def plain_a2c(cfg: A2CRecipeConfig) -> dict:
             pg = -(dist.log_prob(action.reshape(-1)) * adv).mean()
             v_loss = ((model.value(obs) - ret) ** 2).mean()
             loss = pg + s.value_coef * v_loss
-            if s.entropy_coef:
-                loss = loss - s.entropy_coef * dist.entropy().mean()
-            clipped_step(opt, loss, model.parameters(), s.max_grad_norm)
+            entropy_step(opt, model, loss, dist, s)
     finally:
         env.close()
     return actor_critic_result(cfg, model, rollout, started)

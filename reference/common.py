@@ -49,9 +49,13 @@ def seed_all(seed: int) -> None:
     np.random.seed(seed)
 
 
-def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+def anneal_lr(opt: torch.optim.Optimizer, s: Any, done: float) -> float:
+    """Sets ``opt``'s learning rate to ``s.lr``, times the part of the budget left when
+    ``s.anneal_lr``; returns that part, ``1 - done`` (at least 0). ``done``: the part run."""
+    remaining = max(0.0, 1.0 - done)
     for group in opt.param_groups:
-        group["lr"] = lr
+        group["lr"] = s.lr * (remaining if s.anneal_lr else 1.0)
+    return remaining
 
 
 def clipped_step(

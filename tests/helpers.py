@@ -46,6 +46,30 @@ def cartpole_recipe_config(
     return cfg
 
 
+def cartpole_flags(*extra: str, eval_episodes: int = 0) -> list[str]:
+    """The recipe flags of a CartPole PPO run of a few seconds (4 simulators, 64 steps a batch,
+    ``eval_episodes`` greedy episodes after training, no TensorBoard, no progress line), then
+    ``extra``."""
+    return ["--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch",
+            "64", "--log.eval-episodes", str(eval_episodes), "--log.no-tensorboard",
+            "--log.no-progress", *extra]  # fmt: skip
+
+
+def print_cartpole_result(capsys: Any, name: str, summary: dict[str, Any]) -> None:
+    """Prints a CartPole run's last-100 mean and greedy evaluation return past pytest's
+    capture (``capsys``), under ``name`` (algorithm and seed)."""
+    with capsys.disabled():
+        print(f"\n  {name}: last-100 {summary['mean_return_100']:.1f}, "
+              f"greedy {summary['eval/greedy_return']:.1f}")  # fmt: skip
+
+
+def run_main(main: Callable[[list[str]], int], capsys: Any, *argv: str) -> tuple[int, str, str]:
+    """``main(argv)``'s exit code with what it printed to stdout and to stderr (``capsys``)."""
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on (for a process group's rendezvous)."""
     with socket.socket() as sock:

@@ -12,7 +12,7 @@ from accelrl.models import make_actor_critic
 from recipes.a2c_atari import Config, make_agent, train
 from reference.atari_actor_critic import a2c_loss
 from tests import plain_parity
-from tests.helpers import cartpole_recipe_config, count_batches
+from tests.helpers import cartpole_recipe_config, count_batches, print_cartpole_result
 
 
 def test_one_update_moves_every_parameter_and_reports_metrics():
@@ -53,9 +53,7 @@ def test_a2c_learns_cartpole(tmp_path, capsys):
     # greedy evaluation returns of 500 (docs/recipes/a2c.md). PyTorch's RMSprop form instead
     # climbed to ~250 and collapsed (see accelrl.optim.RMSpropTF).
     summary = train(cartpole_recipe_config(Config, "a2c", tmp_path / "run", eval_episodes=4))
-    with capsys.disabled():
-        print(f"\n  a2c seed 0: last-100 {summary['mean_return_100']:.1f}, "
-              f"greedy {summary['eval/greedy_return']:.1f}")  # fmt: skip
+    print_cartpole_result(capsys, "a2c seed 0", summary)
     assert summary["mean_return_100"] >= 450, summary
     assert summary["eval/greedy_return"] >= 450, summary
 

@@ -12,14 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_port
+from tests.helpers import cartpole_flags, free_port
 
 REPO = Path(__file__).resolve().parents[1]
-CARTPOLE = [
-    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch", "64",
-    "--ppo.minibatches", "2", "--log.eval-episodes", "0", "--log.no-tensorboard",
-    "--log.no-progress",
-]  # fmt: skip
+CARTPOLE = cartpole_flags("--ppo.minibatches", "2")
 
 
 def summaries(stdout: str) -> list[dict]:

@@ -26,7 +26,7 @@ from accelrl.replay import FrameReplay
 from accelrl.validate import ConfigError
 from recipes.dqn_atari import Config, resolve, train
 from reference.cartpole_presets import cartpole_config
-from tests.helpers import count_batches, first_episodes_mean
+from tests.helpers import count_batches, first_episodes_mean, print_cartpole_result
 
 
 def test_rainbow_preset_turns_everything_on_and_explicit_flags_win():
@@ -327,10 +327,8 @@ def test_dqn_learns_cartpole_as_well_as_the_plain_loop(tmp_path, capsys):
     refreshes it ends at 11-17. So: the mean over seeds at least 150, one seed at least 200,
     and one greedy evaluation at 500."""
     results = {seed: cartpole_run("dqn", seed, tmp_path / f"s{seed}") for seed in (0, 1, 2)}
-    with capsys.disabled():
-        for seed, r in results.items():
-            print(f"\n  dqn seed {seed}: last-100 {r['mean_return_100']:.1f}, "
-                  f"greedy {r['eval/greedy_return']:.1f}")  # fmt: skip
+    for seed, r in results.items():
+        print_cartpole_result(capsys, f"dqn seed {seed}", r)
     assert all(r["first_100"] < 60 for r in results.values()), results
     last = {s: r["mean_return_100"] for s, r in results.items()}
     assert sum(last.values()) / len(last) >= 150, f"mean last-100 over seeds below 150: {last}"
@@ -358,9 +356,7 @@ def test_dqn_variants_learn_cartpole(tmp_path, algo, capsys):
     """Each variant with the RL-zoo settings at 50k steps, seed 0 (settings and the plain
     loop's figures: docs/results/learning.md)."""
     r = cartpole_run(algo, 0, tmp_path / "run")
-    with capsys.disabled():
-        print(f"\n  {algo} seed 0: last-100 {r['mean_return_100']:.1f}, "
-              f"greedy {r['eval/greedy_return']:.1f}")  # fmt: skip
+    print_cartpole_result(capsys, f"{algo} seed 0", r)
     # Returns rise from the random policy's ~22 (first 100 episodes) to the threshold.
     assert r["first_100"] < 60
     assert r["mean_return_100"] >= VARIANTS[algo], r

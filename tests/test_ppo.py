@@ -14,7 +14,7 @@ from accelrl.models import make_actor_critic
 from recipes.ppo_atari import Config, make_agent, train
 from reference.atari_actor_critic import ppo_phase
 from tests import plain_parity
-from tests.helpers import cartpole_recipe_config
+from tests.helpers import cartpole_recipe_config, print_cartpole_result
 
 
 def cartpole_rollout(steps: int = 120):
@@ -113,9 +113,7 @@ def test_ppo_learns_cartpole(tmp_path, capsys):
     # evaluation returns of 500; at 100k steps two seeds stopped at 441 and 444 (with a
     # shared actor-critic MLP), hence the budget.
     summary = train(cartpole_recipe_config(Config, "ppo", tmp_path / "run", eval_episodes=4))
-    with capsys.disabled():
-        print(f"\n  ppo seed 0: last-100 {summary['mean_return_100']:.1f}, "
-              f"greedy {summary['eval/greedy_return']:.1f}")  # fmt: skip
+    print_cartpole_result(capsys, "ppo seed 0", summary)
     assert summary["frames"] >= 150_000
     assert summary["mean_return_100"] >= 450, summary
     assert summary["eval/greedy_return"] >= 450, summary

@@ -17,14 +17,13 @@ import accelrl.algos.ppo as ppo_module
 from accelrl.checkpoint import list_checkpoints, load_latest
 from accelrl.cli import run_recipe
 from recipes import ppo_atari
+from tests.helpers import cartpole_flags
 from tests.test_distributed import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
-CARTPOLE = [
-    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch", "64",
-    "--ppo.minibatches", "2", "--ppo.epochs", "2", "--log.eval-episodes", "0",
-    "--log.no-tensorboard", "--log.no-progress", "--log.checkpoint-every-frames", "256",
-]  # fmt: skip
+CARTPOLE = cartpole_flags(
+    "--ppo.minibatches", "2", "--ppo.epochs", "2", "--log.checkpoint-every-frames", "256"
+)
 
 
 def poison_loss(monkeypatch, from_call: int) -> None:
@@ -49,14 +48,20 @@ def finite_weights(state: dict) -> bool:
     return bool(tensors) and all(torch.isfinite(t).all() for t in tensors)
 
 
-def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, capsys):
-    # 2 epochs x 2 minibatches = 4 loss calls per update: NaN appears in update 11 (640 frames).
-    poison_loss(monkeypatch, from_call=41)
-    argv = [*CARTPOLE, "--total-frames", "2048", "--run-dir", str(tmp_path)]
+def stopped_run(run_dir: Path, capsys) -> str:
+    """Runs the CartPole PPO recipe for 2048 frames into ``run_dir``; it must stop with exit
+    code 3 (a fault it reports). Returns the last line it wrote to stderr."""
+    argv = [*CARTPOLE, "--total-frames", "2048", "--run-dir", str(run_dir)]
     with pytest.raises(SystemExit) as stop:
         run_recipe(ppo_atari.Config, ppo_atari.train, description="", argv=argv)
     assert stop.value.code == 3
-    err = capsys.readouterr().err.strip().splitlines()[-1]
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, capsys):
+    # 2 epochs x 2 minibatches = 4 loss calls per update: NaN appears in update 11 (640 frames).
+    poison_loss(monkeypatch, from_call=41)
+    err = stopped_run(tmp_path, capsys)
     assert "loss is nan" in err and "at 704 frames, update 11" in err, err
     assert "ckpt_000000000512.pt" in err
     state, path = load_latest(tmp_path)
@@ -90,11 +95,7 @@ def test_full_disk_at_checkpoint_reports_and_keeps_the_previous(tmp_path, monkey
         return real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(ckpt.torch, "save", save)
-    argv = [*CARTPOLE, "--total-frames", "2048", "--run-dir", str(tmp_path)]
-    with pytest.raises(SystemExit) as stop:
-        run_recipe(ppo_atari.Config, ppo_atari.train, description="", argv=argv)
-    assert stop.value.code == 3
-    err = capsys.readouterr().err.strip().splitlines()[-1]
+    err = stopped_run(tmp_path, capsys)
     assert "No space left on device" in err and "ckpt_000000000512.pt" in err, err
     assert "ckpt_000000000256.pt" in err, f"the line names the latest good checkpoint: {err}"
     names = [p.name for p in list_checkpoints(tmp_path)]
@@ -495,10 +496,6 @@ def test_checkpoint_refuses_nonfinite_weights(tmp_path, monkeypatch, capsys):
         return real(self, progress)
 
     monkeypatch.setattr(RunFolder, "checkpoint", checkpoint)
-    argv = [*CARTPOLE, "--total-frames", "2048", "--run-dir", str(tmp_path)]
-    with pytest.raises(SystemExit) as stop:
-        run_recipe(ppo_atari.Config, ppo_atari.train, description="", argv=argv)
-    assert stop.value.code == 3
-    err = capsys.readouterr().err.strip().splitlines()[-1]
+    err = stopped_run(tmp_path, capsys)
     assert "is not finite; checkpoint not written" in err and "ckpt_000000000256.pt" in err, err
     assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt_000000000256.pt"]

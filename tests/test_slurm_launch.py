@@ -14,15 +14,12 @@ import submitit
 from recipes.ppo_atari import Config
 from slurm.job import RecipeJob
 from slurm.launch import main, parse_args, prepare, submit
+from tests.helpers import cartpole_flags, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # A CartPole PPO run of a few seconds.
-TINY = [
-    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch", "64",
-    "--total-frames", "1024", "--log.eval-episodes", "0", "--log.no-tensorboard",
-    "--log.no-progress",
-]  # fmt: skip
+TINY = cartpole_flags("--total-frames", "1024")
 
 
 @pytest.fixture
@@ -33,9 +30,7 @@ def in_tmp(tmp_path, monkeypatch):
 
 
 def launch(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_main(main, capsys, *argv)
 
 
 def sbatch_lines(script: str) -> dict[str, str]:

@@ -19,6 +19,7 @@ from accelrl.study.__main__ import main
 from accelrl.study.grid import FINISHED, NEW, RESUME, RUNNING, cell_state, load_grid
 from accelrl.study.report import report, window_score
 from accelrl.study.runner import plan_cells
+from tests.helpers import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,9 +45,7 @@ def write_grid(tmp_path: Path, text: str = GRID, name: str = "grid.toml") -> Pat
 
 
 def study(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_main(main, capsys, *argv)
 
 
 # ---------------------------------------------------------------------------------------------

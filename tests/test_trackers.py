@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import cartpole_flags
+
 REPO = Path(__file__).resolve().parents[1]
-CARTPOLE = [
-    "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch", "64",
-    "--ppo.minibatches", "2", "--ppo.epochs", "1", "--log.eval-episodes", "1",
-    "--log.no-tensorboard", "--log.no-progress", "--log.checkpoint-every-frames", "256",
-]  # fmt: skip
+CARTPOLE = cartpole_flags(
+    "--ppo.minibatches", "2", "--ppo.epochs", "1", "--log.checkpoint-every-frames", "256",
+    eval_episodes=1,
+)  # fmt: skip
 
 
 def run(run_dir: Path, frames: int, *extra: str, env: dict | None = None):

@@ -30,6 +30,7 @@ import json
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,30 +252,33 @@ def _check_name(name: str, where: str) -> None:
                         "'.', '_' and '-'")  # fmt: skip
 
 
-def _games(value: Any, where: str) -> tuple[str, ...]:
+def _distinct(
+    value: Any, where: str, ok: Callable[[Any], bool], item: str, items: str, example: str
+) -> tuple[Any, ...]:
+    """``value`` as a tuple: a list of one or more different ``item``s (``items``: the plural
+    for the message), each of which ``ok`` accepts; ``example``: such a list, for the
+    messages."""
     if value is None:
-        raise GridError(f'{where}: missing; give a list such as ["MinAtar/Breakout"]')
-    if not (isinstance(value, list) and value and all(isinstance(g, str) and g for g in value)):
-        raise GridError(f"{where} = {value!r}: expected a list of game names, e.g. "
-                        "[\"MinAtar/Breakout\"]")  # fmt: skip
+        raise GridError(f"{where}: missing; give a list such as {example}")
+    if not (isinstance(value, list) and value and all(ok(v) for v in value)):
+        raise GridError(f"{where} = {value!r}: expected a list of {items}, e.g. {example}")
     if len(set(value)) != len(value):
-        raise GridError(f"{where} = {value!r}: a game is listed twice")
+        raise GridError(f"{where} = {value!r}: a {item} is listed twice")
     return tuple(value)
+
+
+def _games(value: Any, where: str) -> tuple[str, ...]:
+    def ok(g: Any) -> bool:
+        return isinstance(g, str) and bool(g)
+
+    return _distinct(value, where, ok, "game", "game names", '["MinAtar/Breakout"]')
 
 
 def _seeds(value: Any, where: str) -> tuple[int, ...]:
-    if value is None:
-        raise GridError(f"{where}: missing; give a list such as [0, 1, 2]")
-    if not (
-        isinstance(value, list)
-        and value
-        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
-    ):
-        raise GridError(f"{where} = {value!r}: expected a list of whole numbers >= 0, e.g. "
-                        "[0, 1, 2]")  # fmt: skip
-    if len(set(value)) != len(value):
-        raise GridError(f"{where} = {value!r}: a seed is listed twice")
-    return tuple(value)
+    def ok(s: Any) -> bool:
+        return isinstance(s, int) and not isinstance(s, bool) and s >= 0
+
+    return _distinct(value, where, ok, "seed", "whole numbers >= 0", "[0, 1, 2]")
 
 
 def _flags(value: Any, where: str) -> tuple[str, ...]:
