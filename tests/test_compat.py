@@ -12,7 +12,6 @@ import copy
 import inspect
 import io
 from importlib.metadata import version
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -27,6 +26,7 @@ from torchrl.modules import QValueActor, QValueModule
 from torchrl.objectives import DQNLoss, HardUpdate
 
 from accelrl import compat
+from accelrl.algos.ppo import PPO, PPOConfig
 from accelrl.collectors import BatchedInferenceCollector, env_factory, plan_threads
 from accelrl.config import EnvConfig, ThreadsConfig
 from accelrl.envs import make_env
@@ -123,7 +123,7 @@ def test_actor_critic_parts_by_public_indexing():
     assert trunk is model.get_policy_operator()[0] is model.get_value_operator()[0]
     assert trunk.out_keys == ["hidden"]
     assert model.get_policy_head()[0].out_keys == ["logits"]
-    greedy = greedy_module(SimpleNamespace(policy=model))
+    greedy = greedy_module(PPO(model, PPOConfig(), torch.device("cpu")))
     obs = torch.randn(5, 4)
     td = model.get_policy_operator()(TensorDict({"observation": obs}, batch_size=[5]))
     assert torch.equal(greedy(obs), td["logits"].argmax(-1))
