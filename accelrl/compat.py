@@ -11,8 +11,9 @@ and stay private for speed only: the public calls validate every value, ~23 us m
 of a step of 8 CartPoles (~180 us) and 1% of 8 Pongs (~2.6 ms). Timings in the docstrings:
 ``timeit``, 16 rows, the 10 keys of an Atari step, best of 7. The others reach what TorchRL has
 no public call for: the prioritized sampler's segment trees (``accelrl.replay_mass``), the
-fallback of a module's output write (``accelrl.models``), and the parts of DQN's actor and loss
-that ``accelrl.algos.dqn`` runs directly.
+fallback of a module's output write (``accelrl.models``), the parts of DQN's actor and loss
+that ``accelrl.algos.dqn`` runs directly, and whether the CPU computes bf16 natively
+(``accelrl.precision``).
 
 Private TorchRL *hooks* that accelrl overrides (they cannot move here; the tests pin them too):
 ``EnvBase._step_and_maybe_reset`` (``accelrl.envs.vector.SameStepVectorEnv``'s fast path),
@@ -156,3 +157,18 @@ def hard_update_now(updater: HardUpdate) -> None:
     """
     updater.counter = updater.value_network_update_interval
     TargetNetUpdater.step(updater)
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively: AVX-512 BF16 or AMX on x86 (oneDNN's bf16
+    kernels use them; an AVX-512 CPU without them runs oneDNN's emulation, slower than fp32),
+    Arm's bf16 extension elsewhere. Private ``torch.cpu._is_avx512_bf16_supported`` and
+    ``_is_amx_tile_supported`` (x86, cpuinfo's flags) and
+    ``torch.ops.mkldnn._is_mkldnn_bf16_supported`` (Arm: true only with the bf16 extension),
+    checked against torch 2.14."""
+    import platform
+
+    if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686"):
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    onednn = torch.backends.mkldnn.is_available()
+    return bool(onednn and torch.ops.mkldnn._is_mkldnn_bf16_supported())

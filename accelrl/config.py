@@ -168,6 +168,23 @@ class CompileConfig:
 
 
 @dataclass
+class PrecisionConfig:
+    """Arithmetic precision of the networks (``accelrl.precision``; docs/precision.md has the
+    measurements). Weights, optimizer state, losses, returns and checkpoints stay fp32."""
+
+    learner: Literal["fp32", "bf16", "fp16", "auto"] = "fp32"
+    """Forward and backward passes of the updates: bf16 (torch.autocast; on a CPU only worth it
+    with native bf16, AVX-512 BF16 or AMX), fp16 (CUDA only, with a loss scaler), auto (bf16
+    where the device computes it natively and the network is a CNN, else fp32; logged)."""
+    actor: Literal["fp32", "bf16", "auto"] = "fp32"
+    """The acting policy's forward pass in collection (evaluation stays fp32): bf16, or auto
+    (bf16 on a GPU with native bf16; fp32 on a CPU, where acting batches gained nothing)."""
+    channels_last: bool = False
+    """Store the conv trunk's weights NHWC (torch.channels_last), the layout oneDNN and cuDNN
+    compute in; values and checkpoints are unchanged."""
+
+
+@dataclass
 class RunConfig:
     """Sections and run-level fields every recipe's ``Config`` shares (recipes add theirs)."""
 
@@ -178,6 +195,7 @@ class RunConfig:
     log: LogConfig = field(default_factory=LogConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     compile: CompileConfig = field(default_factory=CompileConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     total_frames: int = 10_000_000
     """Emulator frames to train for (agent steps x frameskip), as in the paper."""
     device: str = "auto"
@@ -262,6 +280,7 @@ __all__ = [
     "EnvConfig",
     "LogConfig",
     "ModelConfig",
+    "PrecisionConfig",
     "RunConfig",
     "ThreadsConfig",
     "field",

@@ -19,6 +19,7 @@ from torch import nn
 from torchrl.modules import ActorValueOperator, ProbabilisticActor, ValueOperator
 
 from accelrl.compat import write_outputs
+from accelrl.precision import full
 
 
 class _DirectWrite:
@@ -29,7 +30,9 @@ class _DirectWrite:
     when pandas is not installed (tensordict 0.14; 59 us per call measured here, three calls per
     actor-critic step). ``python -m benchmarks.module_write`` prints the ratio. Non-tensor
     outputs still go through ``from_any``. Overrides tensordict's private hook of that name
-    (``accelrl.compat`` lists it; ``tests/test_compat.py`` pins it).
+    (``accelrl.compat`` lists it; ``tests/test_compat.py`` pins it). Outputs computed under
+    bf16/fp16 autocast are written in fp32 (``accelrl.precision.full``): losses and batches
+    read fp32 logits and values.
     """
 
     def _write_to_tensordict(
@@ -51,7 +54,7 @@ class _DirectWrite:
             raise RuntimeError(f"{len(tensors)} outputs for out_keys {list(out_keys)}")
         for key, tensor in zip(out_keys, tensors, strict=True):
             if key != "_":
-                tensordict_out.set(key, tensor)
+                tensordict_out.set(key, full(tensor))
         return tensordict_out
 
 
@@ -232,14 +235,17 @@ class _ActingNet(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         hidden = self.trunk(obs)
-        dist = torch.distributions.Categorical(logits=self.policy_net(hidden), validate_args=False)
+        # fp32 logits and value under a bf16 actor (``accelrl.precision``): the log-prob that
+        # PPO's ratio divides by and the values GAE reads.
+        logits = full(self.policy_net(hidden))
+        dist = torch.distributions.Categorical(logits=logits, validate_args=False)
         # As TorchRL's ProbabilisticActor: collectors set RANDOM (a draw); outside them, and
         # under DETERMINISTIC or MODE, the most likely action.
         if interaction_type() is InteractionType.RANDOM:
             action = dist.sample()
         else:
             action = dist.probs.argmax(-1)
-        return action, dist.log_prob(action), self.value_net(hidden)
+        return action, dist.log_prob(action), full(self.value_net(hidden))
 
 
 def acting_policy(model: ActorValueOperator) -> TensorDictModule:
@@ -316,9 +322,12 @@ class QNetwork(nn.Module):
         else:
             batch = obs.shape[:-1]
             x = self.features(obs.reshape(-1, obs.shape[-1]))
-        q = self.advantage(x).view(-1, self.atoms, self.num_actions)
+        # fp32 under autocast (``accelrl.precision``): the dueling mean, TD targets, C51's
+        # softmax and projection.
+        q = full(self.advantage(x)).view(-1, self.atoms, self.num_actions)
         if self.value is not None:
-            q = self.value(x).view(-1, self.atoms, 1) + q - q.mean(-1, keepdim=True)
+            v = full(self.value(x)).view(-1, self.atoms, 1)
+            q = v + q - q.mean(-1, keepdim=True)
         if self.atoms == 1:
             return q.view(*batch, self.num_actions)
         return q.view(*batch, self.atoms, self.num_actions)

@@ -60,6 +60,11 @@ RESUME_CHANGES: dict[str, str] = {
     "compile.loss": ACCEPTED,
     "compile.policy": ACCEPTED,
     "compile.cudagraphs": ACCEPTED,
+    # Arithmetic precision and layout of the same fp32 weights: checkpoints are interchangeable
+    # (docs/precision.md); a change is recorded with the frame it applies from.
+    "precision.learner": ACCEPTED,
+    "precision.actor": ACCEPTED,
+    "precision.channels_last": ACCEPTED,
     # Schedules are fractions of total_frames: a longer run also stretches the rest of an
     # annealed learning rate; the record says from which frame.
     "total_frames": ACCEPTED,

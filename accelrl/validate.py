@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from accelrl import precision
 from accelrl.checks import ConfigError, check_positive
 from accelrl.config import CollectorConfig, EnvConfig, rows_per_batch
 from accelrl.envs import UnknownGame, backend_for, selectable_backends
@@ -163,6 +164,7 @@ def validate_common(cfg: Any) -> None:
     check_positive("collector.stall_timeout_s", c.stall_timeout_s)
     validate_collector_kind(cfg.env, c)
     validate_compile(cfg)
+    precision.check(cfg)
     rows = rows_per_batch(cfg.env, c)
     if c.steps_per_batch % rows:
         what = (

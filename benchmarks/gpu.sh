@@ -6,7 +6,8 @@
 #   DEVICE=cpu QUICK=1 bash benchmarks/gpu.sh   # smoke test on a CPU-only machine (~3 min)
 #
 # 1. env, collection and PPO/A2C training throughput with the policy and learner on $DEVICE and
-#    as many simulators as cores (python -m benchmarks.run; table in run.txt, rows in run.json);
+#    as many simulators as cores, and bf16 against fp32 (PPO and DQN updates, the acting step;
+#    benchmarks.precision) (python -m benchmarks.run; table in run.txt, rows in run.json);
 # 2. with the time left (BUDGET_S in all, minus a margin), PPO on Pong until the mean return of
 #    the last 100 episodes reaches 18 (python -m benchmarks.time_to_score; time_to_score.json,
 #    metrics.csv, episodes.csv);
@@ -55,12 +56,12 @@ say "OUT=$OUT DEVICE=$DEVICE QUICK=$QUICK BUDGET_S=$BUDGET_S cores=$CORES sims=$
 
 # 1. throughput: env, collection, PPO/A2C training (one table).
 if [ "$QUICK" = 1 ]; then
-    RUN_ARGS=(--quick --sections env collect train --recipes ppo a2c)
+    RUN_ARGS=(--quick --sections env collect train precision --recipes ppo a2c)
     RUN_LIMIT=240
 else
     W=$WORKERS
     [ "$W" -gt "$SIMS" ] && W=$SIMS
-    RUN_ARGS=(--sections env collect train --games Pong --num-envs "$SIMS" --workers "$W"
+    RUN_ARGS=(--sections env collect train precision --games Pong --num-envs "$SIMS" --workers "$W"
         --seconds 4 --collect-rounds 4 --train-rounds 1 --recipes ppo a2c --train-envs "$SIMS")
     RUN_LIMIT=300
 fi

@@ -2,7 +2,8 @@
 
     python -m benchmarks.run [--quick] [--json PATH] [--games Pong Breakout] [--seconds S]
                              [--device cpu|cuda]
-                             [--sections env collect train replay learner startup minatar]
+                             [--sections env collect train replay learner startup minatar
+                                         precision]
 
 Every row is a rate measured in this run next to the reference it is compared with, measured in
 the same run, their ratio (the median of per-round paired ratios where the two alternate in
@@ -26,6 +27,9 @@ rounds) and the target, with ``MISSED`` where the target is not met:
 - minatar: agent steps/s (= frames/s) of accelrl's MinAtar env (``MinAtar/Breakout``, 64
   simulators; quick: 8) against a raw loop over ``minatar.Environment`` objects
   (``benchmarks.minatar_throughput``), alternating in 0.1 s rounds. Reference: raw. No target.
+- precision: bf16 against fp32 (``benchmarks.precision``): PPO and DQN update time, the acting
+  policy's step, channels_last and foreach Adam, each paired with fp32 in alternating rounds;
+  ratio = speed-up over fp32. No target (docs/precision.md says when bf16 pays).
 - replay: ``FrameReplay`` bytes per 1M Atari transitions (target <= 7.5 GB; reference: storing
   obs and next obs stacks) and sample + DQN update time at batch 512 and 2048 against the update
   alone (``benchmarks.replay_memory``).
@@ -62,7 +66,7 @@ from benchmarks.common import (
     write_json,
 )
 
-SECTIONS = ("env", "collect", "train", "replay", "learner", "startup", "minatar")
+SECTIONS = ("env", "collect", "train", "replay", "learner", "startup", "minatar", "precision")
 FRAMESKIP = 4
 ENV_TARGET = 0.9
 CEILING_TARGET = 0.9
@@ -525,6 +529,15 @@ def minatar_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]
     return [row], result
 
 
+def precision_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
+    """bf16 / channels_last against fp32 on the learner's device (``benchmarks.precision``)."""
+    from benchmarks import precision
+
+    flags = ["--device", args.device] + (["--quick"] if args.quick else [])
+    results = precision.main(flags)
+    return precision.rows(results), results
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -602,6 +615,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             r, details["learner"] = learner_section(args)
         elif section == "minatar":
             r, details["minatar"] = minatar_section(args)
+        elif section == "precision":
+            r, details["precision"] = precision_section(args)
         else:
             r, details["startup"] = startup_section(args)
         rows += r

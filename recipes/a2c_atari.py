@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from accelrl import precision
 from accelrl.algos.a2c import A2C, A2CConfig, validate_a2c
 from accelrl.cli import run_recipe
 from accelrl.collectors import PolicyLag, run_collector
@@ -58,6 +59,7 @@ def make_agent(cfg: Config, env_spec: dict, device: torch.device, lr_scale: floa
         device,
         on_nonfinite=cfg.on_nonfinite,
         compile_loss=cfg.compile.loss,
+        precision=precision.plan(cfg, env_spec["obs_shape"], device),
     )
 
 
@@ -67,7 +69,9 @@ def train(cfg: Config) -> dict:
     proc = setup_process(cfg)  # process group, device, thread plan, seeds, stop signals
     scale = lr_scale(proc.world_size, cfg.dist.lr_scaling)  # N data-parallel ranks
     with RunFolder(cfg, ALGO, proc, resolved={"lr_scale": scale}) as run:
-        a2c = make_agent(cfg, describe_env(cfg.env), proc.device, lr_scale=scale)
+        spec = describe_env(cfg.env)
+        precision.announce(precision.plan(cfg, spec["obs_shape"], proc.device))
+        a2c = make_agent(cfg, spec, proc.device, lr_scale=scale)
         progress = run.restore(a2c)  # --resume: weights, optimizer, counters
         if progress.done:
             return run.finish(progress)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from accelrl import precision
 from accelrl.algos.dqn import DQN, DQNConfig, apply_preset, preset_num_envs, validate_dqn
 from accelrl.async_replay import ReplayFeeder, SyncReplay
 from accelrl.cli import run_recipe
@@ -84,6 +85,7 @@ def make_agent(
         mlp_hidden=cfg.model.mlp_hidden,
         on_nonfinite=cfg.on_nonfinite,
         compile_loss=cfg.compile.loss,
+        precision=precision.plan(cfg, env_spec["obs_shape"], device),
         run_frames_per_step=frames_per_step(cfg.env) * world_size,
     )
 
@@ -98,6 +100,7 @@ def train(cfg: Config) -> dict:
     scale = lr_scale(proc.world_size, cfg.dist.lr_scaling)  # N data-parallel ranks
     with RunFolder(cfg, ALGO, proc, resolved={"lr_scale": scale}) as run:
         spec = describe_env(cfg.env)
+        precision.announce(precision.plan(cfg, spec["obs_shape"], proc.device))
         dqn = make_agent(cfg, spec, proc.device, lr_scale=scale, world_size=proc.world_size)
         # Replay: each frame stored once per step; stacks and n-step targets rebuilt when
         # sampled; uniform or prioritized through TorchRL's PrioritizedSampler.

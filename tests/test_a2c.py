@@ -11,7 +11,7 @@ from accelrl.envs import make_env
 from accelrl.models import make_actor_critic
 from recipes.a2c_atari import Config, make_agent, train
 from reference.atari_actor_critic import a2c_loss
-from tests import plain_parity
+from tests import bf16_parity, plain_parity
 from tests.helpers import cartpole_recipe_config, count_batches, print_cartpole_result
 
 
@@ -93,3 +93,28 @@ def test_an_atari_update_matches_the_plain_loop_on_the_same_batch():
         assert mine.dtype == torch.float64
         torch.testing.assert_close(mine.grad, theirs.grad, **tol)
         torch.testing.assert_close(mine, theirs, **tol)
+
+
+@pytest.mark.numerics
+def test_a_bf16_update_matches_the_plain_loop_within_bf16_rounding():
+    """The same update with ``--precision.learner bf16``: the learner's networks compute in bf16
+    (autocast), their logits and values reach the loss in fp32, and every clipped gradient is
+    within bf16's error bound of the float64 plain loop's (tests/bf16_parity.py derives it) and
+    visibly not fp32's. Left in bf16, the loss's log-probs miss their bound; with autocast
+    left off, the errors fall below bf16's."""
+    torch.manual_seed(0)
+    cfg = Config()
+    cfg.precision.learner = "bf16"
+    a2c, batch, wide, plain, ours = bf16_parity.recipe_and_plain(make_agent, cfg, steps=6)
+    bf16_parity.check_forward(a2c, batch, plain)
+    a = cfg.a2c
+    obs, actions, _, _, returns, _ = plain_parity.plain_view(wide, plain, a)
+    a2c_loss(plain, obs, actions, returns, a).backward()
+    plain_norm = torch.nn.utils.clip_grad_norm_(plain.parameters(), a.max_grad_norm)
+
+    metrics = a2c.update(batch, progress=0.0)
+    assert metrics["train/grad_norm"] == pytest.approx(float(plain_norm), rel=bf16_parity.GRAD_RTOL)
+    errors = bf16_parity.gradient_errors(ours, plain)
+    assert all(mine.dtype == torch.float32 for mine in ours), "master weights stay fp32"
+    assert max(errors) <= bf16_parity.GRAD_RTOL, errors
+    assert errors[0] >= bf16_parity.TRUNK_RAN, f"first conv within 4u of float64: {errors}"

@@ -299,6 +299,22 @@ def test_hard_update_now_copies_the_online_weights():
     assert updater.counter == 5
 
 
+def test_cpu_has_native_bf16_reads_the_cpus_bf16_flags():
+    user = "accelrl.compat.cpu_has_native_bf16"
+    for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        fix = f"update {user} (written against torch 2.14; installed: torch {torch.__version__})"
+        assert callable(getattr(torch.cpu, name, None)), f"private torch.cpu.{name} is gone: {fix}"
+    assert callable(getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None))
+    native = compat.cpu_has_native_bf16()
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(f.read().split())
+    except OSError:
+        return  # not Linux: nothing to compare with
+    if "sse2" in flags:  # x86: the kernel's names of the two bf16 instruction sets
+        assert native == bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
 @pytest.mark.parametrize(
     "name,test",
     [

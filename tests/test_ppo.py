@@ -13,7 +13,7 @@ from accelrl.envs import make_env
 from accelrl.models import make_actor_critic
 from recipes.ppo_atari import Config, make_agent, train
 from reference.atari_actor_critic import ppo_phase
-from tests import plain_parity
+from tests import bf16_parity, plain_parity
 from tests.helpers import cartpole_recipe_config, print_cartpole_result
 
 
@@ -150,3 +150,32 @@ def test_an_atari_update_matches_the_plain_loop_on_the_same_batch(lr, clips):
     for mine, theirs in zip(ours, plain.parameters(), strict=True):
         assert mine.dtype == torch.float64
         torch.testing.assert_close(mine, theirs, **plain_parity.TOL)
+
+
+@pytest.mark.numerics
+def test_a_bf16_step_matches_the_plain_loop_within_bf16_rounding():
+    """A PPO step (one epoch of one minibatch: ratio, clips, value clip, entropy, advantage
+    standardisation) with ``--precision.learner bf16``: the learner's forward pass and every
+    clipped gradient are within bf16's bounds of the float64 plain loop's (tests/bf16_parity.py
+    derives them) and visibly not fp32's. Gradients, not weights, are compared: Adam divides
+    each gradient element by its own size, so an element that cancels to ~0 moves its weight by
+    a full step in either direction (the float64 parity test covers the later epochs). Left in
+    bf16, the loss's log-probs miss their bound; with autocast left off, the gradients are
+    fp32's."""
+    torch.manual_seed(0)
+    cfg = Config()
+    cfg.ppo.epochs, cfg.ppo.minibatches = 1, 1
+    cfg.precision.learner = "bf16"
+    ppo, batch, wide, plain, ours = bf16_parity.recipe_and_plain(make_agent, cfg, steps=8)
+    bf16_parity.check_forward(ppo, batch, plain)
+    p = cfg.ppo
+    opt = torch.optim.Adam(plain.parameters(), lr=p.lr * 0.2, eps=p.adam_eps)
+    view = plain_parity.plain_view(wide, plain, p)
+    grad_norm = float(ppo_phase(plain, opt, view, p, p.clip_epsilon * 0.2)[2])
+
+    metrics = ppo.update(batch, progress=0.8)
+    assert metrics["train/grad_norm"] == pytest.approx(grad_norm, rel=bf16_parity.GRAD_RTOL)
+    errors = bf16_parity.gradient_errors(ours, plain)
+    assert all(mine.dtype == torch.float32 for mine in ours), "master weights stay fp32"
+    assert max(errors) <= bf16_parity.GRAD_RTOL, errors
+    assert errors[0] >= bf16_parity.TRUNK_RAN, f"first conv within 4u of float64: {errors}"

@@ -103,6 +103,7 @@ class A2C(ActorCriticLearner):
             self.estimator,
             device=self.device,
             life_loss=self.cfg.life_loss_boundary,
+            precision=self.precision,
         )
         if self.cfg.normalize_advantage:
             adv = flat.get("advantage")
@@ -110,7 +111,7 @@ class A2C(ActorCriticLearner):
         out = self.objective(flat)
         total = total_loss(out)
         grad_norm = gradient_step(
-            self.optimizer, total, self.params, self.cfg.max_grad_norm, self.guard
+            self.optimizer, total, self.params, self.cfg.max_grad_norm, self.guard, self.scaler
         )
         return {
             **{key: float(value.detach()) for key, value in loss_metrics(out, total).items()},

@@ -15,6 +15,7 @@ from accelrl import distributed
 from accelrl.distributed import average_gradients
 from accelrl.errors import RunFailure
 from accelrl.models import GreedyActorCritic, acting_policy
+from accelrl.precision import FP32, FP32_PLAN, Plan, Precision
 
 
 def mark_boundaries(batch: TensorDictBase, life_loss: bool) -> None:
@@ -63,16 +64,19 @@ def advantages(
     *,
     device: torch.device,
     life_loss: bool,
+    precision: Precision = FP32,
 ) -> TensorDictBase:
     """``advantage`` and ``value_target`` for a ``[..., T]`` batch, flattened to ``[N]``.
 
     Trunk features stored during collection (``hidden``) are dropped: losses recompute them
-    with gradients.
+    with gradients. The critic runs in the learner's ``precision`` (its values leave it in
+    fp32); the estimator (GAE, V-trace) runs outside autocast, in fp32.
     """
     batch = batch.to(device)
     mark_boundaries(batch, life_loss)
     with torch.no_grad():
-        fill_values(batch, critic)
+        with precision.autocast():
+            fill_values(batch, critic)
         estimator(batch)
     return batch.exclude("hidden", ("next", "hidden")).reshape(-1)
 
@@ -108,13 +112,19 @@ def gradient_step(
     parameters: list[torch.nn.Parameter],
     max_grad_norm: float,
     guard: NonFiniteGuard,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> torch.Tensor:
     """Backward, clip the global grad norm to ``max_grad_norm``, step; returns the norm before.
 
     A NaN/Inf loss or gradient norm is caught here, at the step where it appears, before the
-    optimizer touches the weights (see ``NonFiniteGuard``).
+    optimizer touches the weights (see ``NonFiniteGuard``). With fp16's ``scaler``
+    (``accelrl.precision``) the loss is scaled for backward and the gradients unscaled before
+    clipping; a step whose gradients overflow the scale is the scaler's to skip (it lowers the
+    scale), and only a non-finite loss goes to the guard.
     """
     optimizer.zero_grad(set_to_none=True)
+    if scaler is not None:
+        return _scaled_step(optimizer, loss, parameters, max_grad_norm, guard, scaler)
     if distributed.active():
         finite = bool(torch.isfinite(loss.detach()).all())
         if finite:
@@ -142,6 +152,31 @@ def gradient_step(
         if not math.isfinite(float(norm)):
             return _nonfinite(guard, optimizer, f"gradient norm is {float(norm)} (non-finite)")
     optimizer.step()
+    return norm
+
+
+def _scaled_step(
+    optimizer: torch.optim.Optimizer,
+    loss: torch.Tensor,
+    parameters: list[torch.nn.Parameter],
+    max_grad_norm: float,
+    guard: NonFiniteGuard,
+    scaler: torch.amp.GradScaler,
+) -> torch.Tensor:
+    """``gradient_step`` with fp16's loss scaling (data-parallel runs average the scaled
+    gradients; every rank then finds the same overflow and skips the same step)."""
+    finite = bool(torch.isfinite(loss.detach()).all())
+    if finite:
+        scaler.scale(loss).backward()
+    if distributed.active():
+        if average_gradients(parameters, local_nonfinite=not finite) and finite:
+            return _nonfinite(guard, optimizer, "the loss of another rank is non-finite")
+    if not finite:
+        return _nonfinite(guard, optimizer, _nonfinite_loss(loss))
+    scaler.unscale_(optimizer)
+    norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+    scaler.step(optimizer)  # skipped when the unscaled gradients hold an Inf/NaN
+    scaler.update()
     return norm
 
 
@@ -200,17 +235,23 @@ class ActorCriticLearner:
         device: torch.device,
         on_nonfinite: str = "stop",
         compile_loss: bool = False,
+        precision: Plan = FP32_PLAN,
     ) -> None:
         self.cfg = cfg  # the algorithm's config section: gamma, gae_lambda, lr, ...
         self.device = device
         self.guard = NonFiniteGuard(on_nonfinite)
+        # --precision.*: the updates' autocast and fp16's loss scaler (``accelrl.precision``);
+        # the weights stay fp32 (channels_last only changes the conv weights' layout).
+        self.precision = precision.learner
+        self.scaler = precision.learner.grad_scaler()
+        precision.prepare(model)
         # --compile.loss: the forward pass of a (mini)batch through the trunk, both heads and
         # the loss module as one torch.compile graph; backward and optimizer step stay eager.
         self.objective = torch.compile(self._objective) if compile_loss else self._objective
         self.model = model
         # Collectors act with this: the same parameters and draws in one module (see
         # ``acting_policy``); the ``ActorValueOperator`` itself evaluates and exports.
-        self.collect_policy = acting_policy(model)
+        self.collect_policy = precision.acting(acting_policy(model))
         self.actor = model.get_policy_operator()
         self.eval_policy = self.actor
         self.critic = model.get_value_operator()
@@ -236,8 +277,12 @@ class ActorCriticLearner:
         raise NotImplementedError
 
     def _objective(self, batch: TensorDictBase) -> TensorDictBase:
-        """The loss module's output on ``batch``; the trunk runs once for both heads."""
-        return self.loss(self.trunk(batch))
+        """The loss module's output on ``batch``; the trunk runs once for both heads. Under
+        bf16/fp16 the networks compute in it and write fp32 logits and values, so the loss
+        terms (log-probs, ratio, entropy, value error, their means) are fp32: the loss modules
+        hold no matrix product that autocast would lower (``accelrl.precision``)."""
+        with self.precision.autocast():
+            return self.loss(self.trunk(batch))
 
     def export_module(self) -> torch.nn.Module:
         """The greedy actor as a plain module: the trunk's and the policy head's networks

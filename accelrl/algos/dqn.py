@@ -37,6 +37,7 @@ from accelrl.algos.common import NonFiniteGuard, gradient_step
 from accelrl.compat import dqn_target_params, hard_update_now, qvalue_actor_modules
 from accelrl.models import DirectTensorDictModule, GreedyQ, QNetwork
 from accelrl.optim import adam
+from accelrl.precision import FP32_PLAN, Plan
 from accelrl.validate import ConfigError, check_positive
 
 Preset = Literal["none", "rainbow", "dqn-512", "cat-dqn-2048", "rainbow-512", "minatar"]
@@ -304,11 +305,16 @@ class DQN:
         on_nonfinite: str = "stop",
         compile_loss: bool = False,
         run_frames_per_step: int = 1,
+        precision: Plan = FP32_PLAN,
     ) -> None:
         self.cfg = cfg
         self.device = device
         self.obs_key = obs_key
         self.guard = NonFiniteGuard(on_nonfinite)
+        # --precision.*: the update's autocast and fp16's loss scaler (``accelrl.precision``);
+        # weights, targets and the target network's copy stay fp32.
+        self.precision = precision.learner
+        self.scaler = precision.learner.grad_scaler()
         spec = Categorical(num_actions)
         net = QNetwork(
             obs_shape,
@@ -317,6 +323,7 @@ class DQN:
             atoms=cfg.atoms if cfg.distributional else 1,
             mlp_hidden=mlp_hidden,
         ).to(device)
+        precision.prepare(net)  # before the loss and the target network copy it
         self.q_network = net  # a plain module: frames or observations in, Q-values out
         self.support = (
             torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms, device=device)
@@ -357,7 +364,7 @@ class DQN:
             decay_frames=cfg.eps_decay_frames,
             run_frames_per_step=run_frames_per_step,
         ).to(device)
-        self.collect_policy = TensorDictSequential(self.greedy, self.explore)
+        self.collect_policy = precision.acting(TensorDictSequential(self.greedy, self.explore))
         # Evaluation: greedy episodes ignore epsilon; "sampled" ones act eps-greedy at eval_eps.
         self.eval_policy = TensorDictSequential(
             self.greedy, EGreedyModule(spec, eps_init=cfg.eval_eps, eps_end=cfg.eval_eps)
@@ -407,8 +414,11 @@ class DQN:
     def objective(self, sample: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """(loss, priorities [B]) of a replay sample: the mean over the batch of the per-sample
         Huber loss (C51: cross-entropy) times its importance weight ``_weight`` when present;
-        priorities are |TD error| (C51: the cross-entropy)."""
-        loss, priority = self._loss(sample.to(self.device))
+        priorities are |TD error| (C51: the cross-entropy). Under bf16/fp16 the networks compute
+        in it and return fp32 Q-values (C51: logits), so targets, the C51 projection, the losses
+        and their mean are fp32 (``accelrl.precision``)."""
+        with self.precision.autocast():
+            loss, priority = self._loss(sample.to(self.device))
         return loss, priority.detach()
 
     def _loss_terms(self, sample: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
@@ -458,7 +468,7 @@ class DQN:
         loss, priority = self.objective(sample)
         skipped = self.guard.skipped
         grad_norm = gradient_step(
-            self.optimizer, loss, self.params, self.cfg.max_grad_norm, self.guard
+            self.optimizer, loss, self.params, self.cfg.max_grad_norm, self.guard, self.scaler
         )
         applied = self.guard.skipped == skipped
         self.target.step()

@@ -146,6 +146,7 @@ class PPO(ActorCriticLearner):
             self.estimator,
             device=self.device,
             life_loss=self.cfg.life_loss_boundary,
+            precision=self.precision,
         )
         # Minibatches gather only what the loss reads: the next observations alone (uint8 frames,
         # as large as the observations) doubled the bytes each gather copied.
@@ -169,7 +170,12 @@ class PPO(ActorCriticLearner):
                 out = self.objective(mb)
                 total = total_loss(out)
                 grad_norm = gradient_step(
-                    self.optimizer, total, self.params, self.cfg.max_grad_norm, self.guard
+                    self.optimizer,
+                    total,
+                    self.params,
+                    self.cfg.max_grad_norm,
+                    self.guard,
+                    self.scaler,
                 )
                 row = {
                     **loss_metrics(out, total),
