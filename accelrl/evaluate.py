@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
 
 from accelrl.config import EnvConfig
@@ -33,10 +34,13 @@ def run_episodes(
     device: torch.device,
     greedy: bool,
     on_step: Callable[[int], None] | None = None,
+    state: TensorDictBase | None = None,
 ) -> Episodes:
     """The first episode of each of ``episodes`` simulators run together. ``on_step(ended)``
-    is called after every step with the number of episodes that ended in it."""
-    env = make_env(env_cfg, seed=seed, num_envs=episodes, synchronous=True)
+    is called after every step with the number of episodes that ended in it. ``state``: a
+    recurrent policy's (``Agent.initial_state(1)``): each simulator carries its own, from
+    zeros at its episode's start (``accelrl.envs.with_state``)."""
+    env = make_env(env_cfg, seed=seed, num_envs=episodes, synchronous=True, state=state)
     interaction = InteractionType.DETERMINISTIC if greedy else InteractionType.RANDOM
     returns = torch.full((episodes,), float("nan"))
     truncated = 0
@@ -66,14 +70,15 @@ def evaluate(
     seed: int,
     device: torch.device,
     on_step: Callable[[int], None] | None = None,
+    state: TensorDictBase | None = None,
 ) -> tuple[dict[str, float], Episodes]:
     """Mean unclipped return of greedy and of sampled episodes (``eval/greedy_return`` ...),
-    and the greedy episodes themselves. ``on_step``: as ``run_episodes``'s, for both."""
-    greedy = run_episodes(
-        env_cfg, policy, episodes=episodes, seed=seed, device=device, greedy=True, on_step=on_step
-    )
+    and the greedy episodes themselves. ``on_step``, ``state``: as ``run_episodes``'s, for
+    both."""
+    greedy = run_episodes(env_cfg, policy, episodes=episodes, seed=seed, device=device,
+                          greedy=True, on_step=on_step, state=state)  # fmt: skip
     sampled = run_episodes(env_cfg, policy, episodes=episodes, seed=seed + episodes,
-                           device=device, greedy=False, on_step=on_step)  # fmt: skip
+                           device=device, greedy=False, on_step=on_step, state=state)  # fmt: skip
     metrics = {
         "eval/greedy_return": sum(greedy.returns) / episodes,
         "eval/sampled_return": sum(sampled.returns) / episodes,

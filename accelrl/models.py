@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
-from tensordict.nn import InteractionType, TensorDictModule
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import InteractionType, TensorDictModule, TensorDictSequential
 from tensordict.nn.probabilistic import interaction_type
 from torch import nn
-from torchrl.modules import ActorValueOperator, ProbabilisticActor, ValueOperator
+from torchrl.modules import ActorValueOperator, LSTMModule, ProbabilisticActor, ValueOperator
 
 from accelrl.compat import write_outputs
 from accelrl.precision import full
@@ -189,8 +189,13 @@ def make_actor_critic(
     num_actions: int,
     *,
     mlp_hidden: Sequence[int] = (64, 64),
+    recurrent: str | None = None,
+    lstm_hidden: int = 256,
 ) -> ActorValueOperator:
     """Categorical policy and value heads over a common module.
+
+    ``recurrent="lstm"``: ``make_recurrent_actor_critic`` (a trunk, an LSTM, both heads on its
+    output); None: the feed-forward networks below.
 
     Frames and grids (``[C, H, W]`` uint8): one conv trunk shared by both heads, as in the
     Atari papers (``conv_trunk``: the Nature CNN, or the MinAtar CNN for small grids). Vector
@@ -201,6 +206,12 @@ def make_actor_critic(
     ``get_policy_operator()`` writes ``action`` and ``action_log_prob`` (and ``logits``);
     ``get_value_operator()`` writes ``state_value`` [..., 1].
     """
+    if recurrent is not None:
+        if recurrent != "lstm":
+            raise ValueError(f"recurrent must be None or 'lstm', not {recurrent!r}")
+        return make_recurrent_actor_critic(
+            obs_key, obs_shape, num_actions, mlp_hidden=mlp_hidden, lstm_hidden=lstm_hidden
+        )
     conv = conv_trunk(obs_shape)
     if conv is not None:
         trunk: nn.Module = conv
@@ -224,6 +235,87 @@ def make_actor_critic(
     )
     critic = DirectValueOperator(value_net, in_keys=["hidden"])
     return ActorValueOperator(common, actor, critic)
+
+
+STATE_KEYS = ("recurrent_state_h", "recurrent_state_c")
+"""The LSTM's state in a TensorDict: hidden and cell, each ``[..., 1, lstm_hidden]`` (one
+layer), written for the next step under ``"next"`` and carried to the root by the env's
+``step_mdp`` (``accelrl.envs.with_state`` registers them with the env)."""
+
+
+def make_recurrent_actor_critic(
+    obs_key: str,
+    obs_shape: Sequence[int],
+    num_actions: int,
+    *,
+    mlp_hidden: Sequence[int] = (64, 64),
+    lstm_hidden: int = 256,
+) -> ActorValueOperator:
+    """A recurrent actor-critic: the observation's trunk (``conv_trunk``'s CNN on frames and
+    grids, one ``MLP`` of ``mlp_hidden`` on vectors, shared by both heads), TorchRL's
+    ``LSTMModule`` of ``lstm_hidden`` units, then the policy and value heads on its output.
+
+    The common module reads the observation, ``is_init`` (``InitTracker``: True at the first
+    step of an episode, where the LSTM starts from zeros) and ``STATE_KEYS``; it writes
+    ``features``, ``hidden`` and the next state under ``"next"``. One step at a time by
+    default (collection, evaluation, play); under ``set_recurrent_mode(True)`` over ``[B, T]``
+    sequences (the updates), where sequences are cut at ``is_init`` and each piece starts from
+    its stored state. The LSTM is initialised as CleanRL's LSTM agent: orthogonal weights,
+    zero biases.
+    """
+    conv = conv_trunk(obs_shape)
+    if conv is not None:
+        trunk: nn.Module = conv
+    else:
+        flat = nn.Flatten(start_dim=-len(obs_shape)) if len(obs_shape) > 1 else nn.Identity()
+        mlp = MLP(int(math.prod(obs_shape)), mlp_hidden)
+        trunk = nn.Sequential(flat, mlp)
+        trunk.out_features = mlp.out_features
+    lstm = LSTMModule(
+        input_size=trunk.out_features,
+        hidden_size=lstm_hidden,
+        in_keys=["features", *STATE_KEYS, "is_init"],
+        out_keys=["hidden", *(("next", key) for key in STATE_KEYS)],
+        recurrent_backend="pad",
+    )
+    for name, param in lstm.lstm.named_parameters():
+        if name.startswith("weight"):
+            nn.init.orthogonal_(param, 1.0)
+        else:
+            nn.init.zeros_(param)
+    common = TensorDictSequential(
+        DirectTensorDictModule(trunk, in_keys=[obs_key], out_keys=["features"]), lstm
+    )
+    policy_net = orthogonal_(nn.Linear(lstm_hidden, num_actions), 0.01)
+    value_net = orthogonal_(nn.Linear(lstm_hidden, 1), 1.0)
+    actor = ProbabilisticActor(
+        DirectTensorDictModule(policy_net, in_keys=["hidden"], out_keys=["logits"]),
+        in_keys=["logits"],
+        out_keys=["action"],
+        distribution_class=torch.distributions.Categorical,
+        return_log_prob=True,
+    )
+    critic = DirectValueOperator(value_net, in_keys=["hidden"])
+    return ActorValueOperator(common, actor, critic)
+
+
+def recurrent_core(model: ActorValueOperator) -> LSTMModule | None:
+    """``model``'s ``LSTMModule`` (``make_recurrent_actor_critic``), or None: feed-forward."""
+    common = model[0]
+    if isinstance(common, TensorDictSequential):
+        for module in common.module:
+            if isinstance(module, LSTMModule):
+                return module
+    return None
+
+
+def zero_state(core: LSTMModule, num_envs: int) -> TensorDict:
+    """``STATE_KEYS`` as zeros for ``num_envs`` simulators (an episode's first state), on the
+    LSTM's device and in its dtype."""
+    weight = core.lstm.weight_hh_l0
+    layers, width = core.lstm.num_layers, core.lstm.hidden_size
+    zeros = torch.zeros(num_envs, layers, width, dtype=weight.dtype, device=weight.device)
+    return TensorDict({key: zeros.clone() for key in STATE_KEYS}, [num_envs], device=weight.device)
 
 
 class _ActingNet(nn.Module):

@@ -32,6 +32,7 @@ from typing import Annotated, Any
 
 import torch
 import tyro
+from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
 from torchrl.envs.utils import step_mdp
 
@@ -177,6 +178,17 @@ class Episode:
     """Ended by the episode cap (or ``max_steps``), not by the game."""
 
 
+def play_env(backend: Any, env_cfg: Any, seed: int, state: TensorDictBase | None) -> Any:
+    """The backend's ``play_env``, carrying a recurrent policy's ``state`` when there is one
+    (``accelrl.envs.with_state``: from zeros at each episode's start)."""
+    env = backend.play_env(env_cfg, seed)
+    if state is None:
+        return env
+    from accelrl.envs import with_state
+
+    return with_state(env, state)
+
+
 @torch.no_grad()
 def play_episode(
     env,
@@ -200,10 +212,16 @@ def play_episode(
     steps = 0
     while True:
         batch = td.unsqueeze(0) if unbatched else td
-        action = policy(batch.to(device)).get("action").cpu()
+        out = policy(batch.to(device)).cpu()
+        action = out.get("action")
         if epsilon > 0 and rng.random() < epsilon:
             action = torch.full_like(action, rng.randrange(num_actions))
         td.set("action", action.squeeze(0) if unbatched else action)
+        if "next" in out.keys():
+            # A recurrent policy's next state (``accelrl.envs.with_state``): ``step_mdp``
+            # carries it to the next step's input.
+            nxt = out.get("next")
+            td.set("next", nxt.squeeze(0) if unbatched else nxt)
         td = env.step(td)
         steps += 1
         if on_step is not None:
@@ -220,14 +238,15 @@ def play_episode(
 
 def record_video(
     env_cfg, policy: torch.nn.Module, path: str | Path, *, seed: int, device: torch.device,
-    max_steps: int | None = None,
+    max_steps: int | None = None, state: TensorDictBase | None = None,
 ) -> Episode:  # fmt: skip
     """Play one greedy episode (or its first ``max_steps`` steps) into an MP4 of the screen the
-    env backend renders; what training runs record with ``--log.video-every-frames``."""
+    env backend renders; what training runs record with ``--log.video-every-frames``.
+    ``state``: a recurrent policy's (``Agent.initial_state(1)``)."""
     from accelrl.envs import backend_for
 
     backend = backend_for(env_cfg)
-    env = backend.play_env(env_cfg, seed)
+    env = play_env(backend, env_cfg, seed, state)
     video = VideoWriter(str(path), fps=backend.video_fps(env_cfg))
     try:
         with set_interaction_type(InteractionType.DETERMINISTIC):
@@ -257,7 +276,7 @@ def play(cfg: PlayConfig) -> dict[str, Any]:
             f"--video records game screens, and {run_cfg.env.game} (backend {backend.name}) "
             "has none"
         )
-    env = backend.play_env(run_cfg.env, cfg.seed)
+    env = play_env(backend, run_cfg.env, cfg.seed, loaded.agent.initial_state(1))
     rng = random.Random(cfg.seed)
     video = VideoWriter(cfg.video, fps=backend.video_fps(run_cfg.env)) if cfg.video else None
     mode = "sampled" if cfg.sample else "greedy"

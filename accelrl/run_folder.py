@@ -281,6 +281,7 @@ class RunFolder:
                 seed=self.cfg.seed + 10_000_019 + frames,
                 device=self.proc.device,
                 on_step=None if tick is None else lambda ended: tick(per_step, ended),
+                state=self.agent.initial_state(1),
             )
         warn_if_capped(env, greedy, frames)
         self.logger.eval(frames, result)
@@ -293,7 +294,8 @@ class RunFolder:
         path = self.dir / "videos" / f"frames_{frames:012d}.mp4"
         episode = record_video(self.cfg.env, self.agent.eval_policy, path,
                                seed=self.cfg.seed + 20_000_033 + frames, device=self.proc.device,
-                               max_steps=self.cfg.log.video_max_steps)  # fmt: skip
+                               max_steps=self.cfg.log.video_max_steps,
+                               state=self.agent.initial_state(1))  # fmt: skip
         self.logger.video(frames, path)
         log.info("video %s: score %g in %d steps", path, episode.score, episode.steps)
         return path

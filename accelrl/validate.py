@@ -132,6 +132,44 @@ def validate_compile(cfg: Any) -> None:
             )
 
 
+def validate_recurrent(cfg: Any, minibatches: int = 1) -> None:
+    """``--model.recurrent lstm`` runs where its state is carried: in-process collection by
+    TorchRL's ``Collector`` (sync, no workers), every simulator in its own row (no ale-py async
+    mode), eager loss, and ``minibatches`` dividing the simulators (minibatches hold whole
+    sequences of whole simulators)."""
+    m = cfg.model
+    if m.recurrent not in ("none", "lstm"):
+        raise ConfigError("model.recurrent", m.recurrent, "must be none or lstm")
+    if m.recurrent == "none":
+        return
+    check_positive("model.lstm_hidden", m.lstm_hidden)
+    c = cfg.collector
+    if c.kind != "sync" or c.num_workers:
+        raise ConfigError(
+            "model.recurrent",
+            m.recurrent,
+            f"collects in process only for now (collector.kind sync, num_workers 0; got kind "
+            f"{c.kind}, num_workers {c.num_workers})",
+        )
+    if cfg.env.async_batch_size:
+        raise ConfigError(
+            "model.recurrent",
+            m.recurrent,
+            "needs every simulator in its own row (env.async_batch_size 0)",
+        )
+    if cfg.compile.loss or cfg.compile.policy or cfg.compile.cudagraphs:
+        raise ConfigError(
+            "model.recurrent", m.recurrent, "runs uncompiled for now (no --compile.* flags)"
+        )
+    if cfg.env.num_envs % minibatches:
+        raise ConfigError(
+            "model.recurrent",
+            m.recurrent,
+            f"minibatches hold whole simulators: {minibatches} minibatches must divide "
+            f"env.num_envs={cfg.env.num_envs}",
+        )
+
+
 def validate_common(cfg: Any) -> None:
     """Checks the sections every recipe shares (env, collector, threads, log, top-level)."""
     validate_env(cfg.env)
@@ -188,6 +226,7 @@ def validate_common(cfg: Any) -> None:
     if cfg.dist.lr_scaling not in ("none", "linear", "sqrt"):
         raise ConfigError("dist.lr_scaling", cfg.dist.lr_scaling, "must be none, linear or sqrt")
     check_positive("dist.check_sync_every", cfg.dist.check_sync_every, zero_ok=True)
+    validate_recurrent(cfg)
     if cfg.on_nonfinite not in ("stop", "skip"):
         raise ConfigError("on_nonfinite", cfg.on_nonfinite, "must be stop or skip")
     if cfg.run_dir is not None and os.path.exists(cfg.run_dir) and not os.path.isdir(cfg.run_dir):

@@ -51,7 +51,12 @@ def make_agent(cfg: Config, env_spec: dict, device: torch.device, lr_scale: floa
     on frames, two MLPs on vector inputs) and its A2C learner (n-step returns through TorchRL's
     ``GAE`` at lambda 1, ``A2CLoss``, Adam (or RMSprop) at ``lr_scale`` x ``a2c.lr``);
     ``accelrl.play`` rebuilds a trained agent with it."""
-    model = make_actor_critic(**env_spec, mlp_hidden=cfg.model.mlp_hidden).to(device)
+    model = make_actor_critic(
+        **env_spec,
+        mlp_hidden=cfg.model.mlp_hidden,
+        recurrent=None if cfg.model.recurrent == "none" else cfg.model.recurrent,
+        lstm_hidden=cfg.model.lstm_hidden,
+    ).to(device)
     a2c_cfg = replace(cfg.a2c, lr=cfg.a2c.lr * lr_scale)
     return A2C(
         model,
@@ -82,8 +87,11 @@ def train(cfg: Config) -> dict:
         # forward pass acts for all simulators and records the state values the returns need.
         lag = PolicyLag(cfg.collector, progress.updates, proc.device)  # async kinds only
         acting = lag.acting(a2c.collect_policy)  # stamped with its version (kind async)
+        # A recurrent policy's state travels with the simulators, zeros at each episode's
+        # start; a resumed run starts every simulator from zeros (new episodes).
+        state = a2c.initial_state(1)
         collector = run_collector(
-            cfg.env, cfg.collector, cfg.compile, acting, proc, progress.updates
+            cfg.env, cfg.collector, cfg.compile, acting, proc, progress.updates, state=state
         )
         try:
             for batch in collector:  # [envs, T] (or [workers, envs, T]) agent steps

@@ -27,7 +27,7 @@ from accelrl.envs import describe_env
 from accelrl.models import make_actor_critic
 from accelrl.process import lr_scale, setup_process
 from accelrl.run_folder import RunFolder
-from accelrl.validate import require_whole_trajectories, validate_common
+from accelrl.validate import require_whole_trajectories, validate_common, validate_recurrent
 
 ALGO = "appo"
 """The run folder's and checkpoints' name of this algorithm (``accelrl.agent.RECIPES``)."""
@@ -48,6 +48,7 @@ def validate(cfg: Config) -> None:
     """Every check, before any simulator or worker starts."""
     validate_common(cfg)
     validate_ppo(cfg.appo, cfg.collector.steps_per_batch, prefix="appo")
+    validate_recurrent(cfg, cfg.appo.minibatches)
     require_whole_trajectories(cfg.env, "APPO")
 
 
@@ -56,7 +57,12 @@ def make_agent(cfg: Config, env_spec: dict, device: torch.device, lr_scale: floa
     on frames, two MLPs on vector inputs) and its APPO learner (PPO's ``ClipPPOLoss`` with
     ``GAE`` or ``VTrace`` targets, Adam at ``lr_scale`` x ``appo.lr``); ``accelrl.play``
     rebuilds a trained agent with it."""
-    model = make_actor_critic(**env_spec, mlp_hidden=cfg.model.mlp_hidden).to(device)
+    model = make_actor_critic(
+        **env_spec,
+        mlp_hidden=cfg.model.mlp_hidden,
+        recurrent=None if cfg.model.recurrent == "none" else cfg.model.recurrent,
+        lstm_hidden=cfg.model.lstm_hidden,
+    ).to(device)
     appo_cfg = replace(cfg.appo, lr=cfg.appo.lr * lr_scale)
     return PPO(
         model,
@@ -87,8 +93,11 @@ def train(cfg: Config) -> dict:
         # (update count) of the weights that took it.
         lag = PolicyLag(cfg.collector, progress.updates, proc.device)
         acting = lag.acting(appo.collect_policy)
+        # A recurrent policy's state travels with the simulators, zeros at each episode's
+        # start; a resumed run starts every simulator from zeros (new episodes).
+        state = appo.initial_state(1)
         collector = run_collector(
-            cfg.env, cfg.collector, cfg.compile, acting, proc, progress.updates
+            cfg.env, cfg.collector, cfg.compile, acting, proc, progress.updates, state=state
         )
         try:
             for batch in collector:  # [envs, T] agent steps of one worker

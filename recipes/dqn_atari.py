@@ -59,6 +59,10 @@ def validate(cfg: Config) -> None:
     validate_common(cfg)
     validate_dqn(cfg.dqn)
     require_whole_trajectories(cfg.env, "the replay's n-step targets")
+    if cfg.model.recurrent != "none":
+        raise ConfigError(
+            "model.recurrent", cfg.model.recurrent, "is for the actor-critics (PPO, A2C)"
+        )
     if cfg.collector.kind == "async":
         raise ConfigError(
             "collector.kind",

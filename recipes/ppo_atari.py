@@ -23,7 +23,7 @@ from accelrl.envs import describe_env
 from accelrl.models import make_actor_critic
 from accelrl.process import lr_scale, setup_process
 from accelrl.run_folder import RunFolder
-from accelrl.validate import require_whole_trajectories, validate_common
+from accelrl.validate import require_whole_trajectories, validate_common, validate_recurrent
 
 ALGO = "ppo"
 """The run folder's and checkpoints' name of this algorithm (``accelrl.agent.RECIPES``)."""
@@ -44,6 +44,7 @@ def validate(cfg: Config) -> None:
     """Every check, before any simulator or worker starts."""
     validate_common(cfg)
     validate_ppo(cfg.ppo, cfg.collector.steps_per_batch)
+    validate_recurrent(cfg, cfg.ppo.minibatches)
     require_whole_trajectories(cfg.env, "PPO")
 
 
@@ -51,7 +52,12 @@ def make_agent(cfg: Config, env_spec: dict, device: torch.device, lr_scale: floa
     """The actor-critic (TorchRL's ``ActorValueOperator``: one Nature CNN shared by both heads
     on frames, two MLPs on vector inputs) and its PPO learner (``GAE``, ``ClipPPOLoss``, Adam at
     ``lr_scale`` x ``ppo.lr``); ``accelrl.play`` rebuilds a trained agent with it."""
-    model = make_actor_critic(**env_spec, mlp_hidden=cfg.model.mlp_hidden).to(device)
+    model = make_actor_critic(
+        **env_spec,
+        mlp_hidden=cfg.model.mlp_hidden,
+        recurrent=None if cfg.model.recurrent == "none" else cfg.model.recurrent,
+        lstm_hidden=cfg.model.lstm_hidden,
+    ).to(device)
     ppo_cfg = replace(cfg.ppo, lr=cfg.ppo.lr * lr_scale)
     return PPO(
         model,
@@ -82,8 +88,11 @@ def train(cfg: Config) -> dict:
         # forward pass acts for all simulators and records the state values GAE needs.
         lag = PolicyLag(cfg.collector, progress.updates, proc.device)  # async kinds only
         acting = lag.acting(ppo.collect_policy)  # stamped with its version (kind async)
+        # A recurrent policy's state travels with the simulators, zeros at each episode's
+        # start; a resumed run starts every simulator from zeros (new episodes).
+        state = ppo.initial_state(1)
         collector = run_collector(
-            cfg.env, cfg.collector, cfg.compile, acting, proc, progress.updates
+            cfg.env, cfg.collector, cfg.compile, acting, proc, progress.updates, state=state
         )
         try:
             for batch in collector:  # [envs, T] (or [workers, envs, T]) agent steps

@@ -71,6 +71,35 @@ class Rollout:
         return adv
 
 
+def ppo_minibatch(
+    logits: torch.Tensor,
+    value: torch.Tensor,
+    mb: tuple[torch.Tensor, ...],
+    p: Any,
+    clip: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """PPO's loss on one minibatch from the network's ``logits`` and ``value`` and ``mb`` =
+    (actions, log-probs, advantages, returns, values) collected, any shape: clipped policy
+    loss, (clipped) value loss, entropy bonus. Returns (loss, approximate KL, clip fraction)."""
+    act, old_logp, a, ret, old_value = mb
+    dist = torch.distributions.Categorical(logits=logits)
+    log_ratio = dist.log_prob(act) - old_logp
+    ratio = log_ratio.exp()
+    if p.normalize_advantage:
+        a = (a - a.mean()) / (a.std() + 1e-8)
+    pg = -torch.min(ratio * a, ratio.clamp(1 - clip, 1 + clip) * a).mean()
+    v_loss = (value - ret) ** 2
+    if p.clip_value:
+        v_clipped = old_value + (value - old_value).clamp(-clip, clip)
+        v_loss = torch.max(v_loss, (v_clipped - ret) ** 2)
+    v_loss = 0.5 * v_loss.mean()
+    loss = pg - p.entropy_coef * dist.entropy().mean() + p.value_coef * v_loss
+    with torch.no_grad():
+        kl = ((ratio - 1) - log_ratio).mean()
+        clipped = ((ratio - 1).abs() > clip).float().mean()
+    return loss, kl, clipped
+
+
 def ppo_phase(
     model: ActorCritic,
     opt: torch.optim.Optimizer,
@@ -91,25 +120,10 @@ def ppo_phase(
         for i in range(0, n, mb):
             idx = order[i : i + mb]
             logits, value = model(b_obs[idx])
-            dist = torch.distributions.Categorical(logits=logits)
-            logp = dist.log_prob(b_act[idx])
-            log_ratio = logp - b_logp[idx]
-            ratio = log_ratio.exp()
-            a = b_adv[idx]
-            if p.normalize_advantage:
-                a = (a - a.mean()) / (a.std() + 1e-8)
-            pg = -torch.min(ratio * a, ratio.clamp(1 - clip, 1 + clip) * a).mean()
-            v_loss = (value - b_ret[idx]) ** 2
-            if p.clip_value:
-                v_clipped = b_val[idx] + (value - b_val[idx]).clamp(-clip, clip)
-                v_loss = torch.max(v_loss, (v_clipped - b_ret[idx]) ** 2)
-            v_loss = 0.5 * v_loss.mean()
-            loss = pg - p.entropy_coef * dist.entropy().mean() + p.value_coef * v_loss
+            collected = (b_act[idx], b_logp[idx], b_adv[idx], b_ret[idx], b_val[idx])
+            loss, kl, clipped = ppo_minibatch(logits, value, collected, p, clip)
             grad_norm = clipped_step(opt, loss, model.parameters(), p.max_grad_norm)
-            with torch.no_grad():
-                kl = ((ratio - 1) - log_ratio).mean()
-                clipped = ((ratio - 1).abs() > clip).float().mean()
-                stats += torch.stack([kl, clipped, grad_norm])
+            stats += torch.stack([kl, clipped, grad_norm.detach()])
     return stats
 
 

@@ -104,6 +104,7 @@ class A2C(ActorCriticLearner):
             device=self.device,
             life_loss=self.cfg.life_loss_boundary,
             precision=self.precision,
+            sequences=self.sequences,
         )
         if self.cfg.normalize_advantage:
             adv = flat.get("advantage")

@@ -8,13 +8,13 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
-from torchrl.modules import ActorValueOperator
+from torchrl.modules import ActorValueOperator, set_recurrent_mode
 from torchrl.objectives.value import GAE
 
 from accelrl import distributed
 from accelrl.distributed import average_gradients
 from accelrl.errors import RunFailure
-from accelrl.models import GreedyActorCritic, acting_policy
+from accelrl.models import GreedyActorCritic, acting_policy, recurrent_core, zero_state
 from accelrl.precision import FP32, FP32_PLAN, Plan, Precision
 
 
@@ -65,12 +65,16 @@ def advantages(
     device: torch.device,
     life_loss: bool,
     precision: Precision = FP32,
+    sequences: bool = False,
 ) -> TensorDictBase:
-    """``advantage`` and ``value_target`` for a ``[..., T]`` batch, flattened to ``[N]``.
+    """``advantage`` and ``value_target`` for a ``[..., T]`` batch, flattened to ``[N]``, or
+    with ``sequences`` (a recurrent policy) to ``[rows, T]``: one whole sequence of each
+    simulator, in time order, for the updates to run the LSTM over.
 
-    Trunk features stored during collection (``hidden``) are dropped: losses recompute them
-    with gradients. The critic runs in the learner's ``precision`` (its values leave it in
-    fp32); the estimator (GAE, V-trace) runs outside autocast, in fp32.
+    Trunk features stored during collection (``hidden``; a recurrent trunk's ``features`` and
+    the ``logits``) are dropped: losses recompute them with gradients. The critic runs in the
+    learner's ``precision`` (its values leave it in fp32); the estimator (GAE, V-trace) runs
+    outside autocast, in fp32.
     """
     batch = batch.to(device)
     mark_boundaries(batch, life_loss)
@@ -78,6 +82,10 @@ def advantages(
         with precision.autocast():
             fill_values(batch, critic)
         estimator(batch)
+    if sequences:
+        dropped = ["hidden", "features", "logits"]
+        batch = batch.exclude(*dropped, *(("next", key) for key in dropped))
+        return batch.reshape(-1, batch.shape[-1])
     return batch.exclude("hidden", ("next", "hidden")).reshape(-1)
 
 
@@ -249,9 +257,13 @@ class ActorCriticLearner:
         # the loss module as one torch.compile graph; backward and optimizer step stay eager.
         self.objective = torch.compile(self._objective) if compile_loss else self._objective
         self.model = model
+        # A recurrent actor-critic's LSTM (``accelrl.models.make_recurrent_actor_critic``), or
+        # None. Recurrent: collectors act with the ``ActorValueOperator`` itself, which reads
+        # and writes the state; updates run it over whole sequences (``sequences``).
+        self.core = recurrent_core(model)
         # Collectors act with this: the same parameters and draws in one module (see
         # ``acting_policy``); the ``ActorValueOperator`` itself evaluates and exports.
-        self.collect_policy = precision.acting(acting_policy(model))
+        self.collect_policy = precision.acting(model if self.core else acting_policy(model))
         self.actor = model.get_policy_operator()
         self.eval_policy = self.actor
         self.critic = model.get_value_operator()
@@ -282,7 +294,17 @@ class ActorCriticLearner:
         terms (log-probs, ratio, entropy, value error, their means) are fp32: the loss modules
         hold no matrix product that autocast would lower (``accelrl.precision``)."""
         with self.precision.autocast():
-            return self.loss(self.trunk(batch))
+            if self.core is None:
+                return self.loss(self.trunk(batch))
+            # ``[B, T]`` sequences: the LSTM runs over time from each sequence's stored first
+            # state, restarting from zeros at every ``is_init`` (an episode's first step).
+            with set_recurrent_mode(True):
+                return self.loss(self.trunk(batch))
+
+    @property
+    def sequences(self) -> bool:
+        """True for a recurrent actor-critic: batches stay ``[rows, T]`` sequences."""
+        return self.core is not None
 
     def export_module(self) -> torch.nn.Module:
         """The greedy actor as a plain module: the trunk's and the policy head's networks
@@ -296,8 +318,10 @@ class ActorCriticLearner:
         # The loss holds the heads' parameters (the same tensors) and nothing of its own.
         return [self.model, self.loss]
 
-    def initial_state(self, num_envs: int) -> None:
-        return None  # feed-forward
+    def initial_state(self, num_envs: int) -> TensorDictBase | None:
+        """Zeros of the LSTM's ``STATE_KEYS`` for ``num_envs`` simulators, or None for a
+        feed-forward actor-critic."""
+        return None if self.core is None else zero_state(self.core, num_envs)
 
     def state_dict(self) -> dict:
         # The whole actor-critic: the loss holds only the heads, not the shared trunk (the

@@ -147,6 +147,7 @@ class PPO(ActorCriticLearner):
             device=self.device,
             life_loss=self.cfg.life_loss_boundary,
             precision=self.precision,
+            sequences=self.sequences,
         )
         # Minibatches gather only what the loss reads: the next observations alone (uint8 frames,
         # as large as the observations) doubled the bytes each gather copied.
@@ -159,7 +160,10 @@ class PPO(ActorCriticLearner):
             keys.value_target,
             keys.value,
         )
-        n = flat.numel()
+        # Feed-forward: minibatches of steps. Recurrent: ``flat`` is ``[rows, T]`` and
+        # minibatches hold whole simulators' sequences, in time order (validation makes
+        # ``minibatches`` divide the rows).
+        n = flat.shape[0]
         size = n // self.cfg.minibatches
         sums: dict[str, torch.Tensor] = {}
         steps = 0

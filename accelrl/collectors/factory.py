@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from tensordict import TensorDictBase
 from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
 from torchrl.envs import EnvBase
 
@@ -40,12 +41,13 @@ def _worker_env(
     sim_threads: int,
     torch_threads: int,
     in_worker: bool = False,
+    state: TensorDictBase | None = None,
 ) -> EnvBase:
     # Runs inside each collector worker: the thread budget must be set in that process.
     torch.set_num_threads(torch_threads)
     if in_worker:
         leave_ctrl_c_to_the_learner()
-    return make_env(env_cfg, seed=seed, num_envs=num_envs, sim_threads=sim_threads)
+    return make_env(env_cfg, seed=seed, num_envs=num_envs, sim_threads=sim_threads, state=state)
 
 
 def env_factory(
@@ -56,10 +58,12 @@ def env_factory(
     in_worker: bool,
     num_envs: int | None = None,
     sim_threads: int | None = None,
+    state: TensorDictBase | None = None,
 ):
     """A picklable zero-argument factory for one collector worker's batched env of
     ``num_envs`` simulators (default ``env_cfg.num_envs``) on ``sim_threads`` C++ threads
-    (default the plan's)."""
+    (default the plan's), carrying a recurrent policy's ``state`` when given
+    (``accelrl.envs.with_state``)."""
     torch_threads = plan.worker_torch if in_worker else plan.learner_torch
     return functools.partial(
         _worker_env,
@@ -69,6 +73,7 @@ def env_factory(
         plan.sim_threads if sim_threads is None else sim_threads,
         torch_threads,
         in_worker,
+        state,
     )
 
 
@@ -82,6 +87,7 @@ def make_collector(
     learner_device: str,
     start_version: int = 0,
     compile_cfg: CompileConfig | None = None,
+    state: TensorDictBase | None = None,
 ):
     """An endless collector of ``collector_cfg.kind`` yielding batches of agent steps, time last.
 
@@ -99,9 +105,10 @@ def make_collector(
     ``collector.update_policy_weights_()`` so the acting weights follow the learner's.
     ``compile_cfg`` (its ``policy`` / ``cudagraphs``) hands the policy to TorchRL's
     ``torch.compile`` / ``CudaGraphModule`` wrapping (sync and async kinds only; validation
-    refuses the others).
+    refuses the others). ``state``: a recurrent policy's (``Agent.initial_state(1)``), which
+    the simulators then carry from step to step and reset at episode starts.
     """
-    sims = _Simulators(env_cfg, seed, plan)
+    sims = _Simulators(env_cfg, seed, plan, state)
     devices = _acting_devices(collector_cfg, learner_device)
     if collector_cfg.kind == "alternating":
         return _alternating(sims, collector_cfg, policy, devices)
@@ -117,11 +124,13 @@ class _Simulators:
     env_cfg: EnvConfig
     seed: int
     plan: ThreadPlan
+    state: TensorDictBase | None = None
+    """A recurrent policy's state, carried by the simulators (None: feed-forward)."""
 
     def factory(self, first: int, **kwargs: Any) -> functools.partial[EnvBase]:
         """``env_factory`` (its keywords: ``in_worker``, ``num_envs``, ``sim_threads``) for
         simulators seeded from ``seed + first``."""
-        return env_factory(self.env_cfg, self.seed + first, self.plan, **kwargs)
+        return env_factory(self.env_cfg, self.seed + first, self.plan, state=self.state, **kwargs)
 
 
 def _acting_devices(collector_cfg: CollectorConfig, learner_device: str) -> dict[str, str]:
@@ -233,10 +242,12 @@ def run_collector(
     policy: torch.nn.Module,
     proc: Any,
     updates: int,
+    state: TensorDictBase | None = None,
 ) -> WatchedCollector:
     """``make_collector`` with a run's settings, watched (``WatchedCollector``): the recipe's
     config sections, the ``policy`` to act with, and its ``accelrl.process.Process`` (thread
-    plan, learner device, simulator seeds, which are new after a resume at ``updates``)."""
+    plan, learner device, simulator seeds, which are new after a resume at ``updates``), and
+    a recurrent policy's ``state`` (``Agent.initial_state(1)``; None: feed-forward)."""
     collector = make_collector(
         env_cfg,
         collector_cfg,
@@ -246,6 +257,7 @@ def run_collector(
         learner_device=str(proc.device),
         start_version=updates,
         compile_cfg=compile_cfg,
+        state=state,
     )
     return WatchedCollector(
         collector, stall_timeout_s=collector_cfg.stall_timeout_s, learner_policy=policy

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchrl.envs import EnvBase
+from tensordict import TensorDictBase
+from torchrl.data import Unbounded
+from torchrl.envs import EnvBase, InitTracker, TensorDictPrimer, TransformedEnv
 
 from accelrl.config import EnvConfig
 
@@ -51,16 +53,36 @@ def make_env(
     num_envs: int | None = None,
     sim_threads: int = 0,
     synchronous: bool = False,
+    state: TensorDictBase | None = None,
 ) -> EnvBase:
     """The batched env ``cfg`` describes with ``num_envs`` simulators (default
     ``cfg.num_envs``), seeded ``seed, seed + 1, ...``. ``synchronous`` steps them all together
-    even when ``cfg.async_batch_size`` asks for ale-py's async mode (evaluation, play)."""
-    return backend_for(cfg).make(
+    even when ``cfg.async_batch_size`` asks for ale-py's async mode (evaluation, play).
+    ``state``: a recurrent policy's state (``Agent.initial_state``), which the env then carries
+    (``with_state``)."""
+    env = backend_for(cfg).make(
         cfg,
         num_envs=cfg.num_envs if num_envs is None else num_envs,
         seed=seed,
         sim_threads=sim_threads,
         synchronous=synchronous,
+    )
+    return env if state is None else with_state(env, state)
+
+
+def with_state(env: EnvBase, state: TensorDictBase) -> TransformedEnv:
+    """``env`` carrying a recurrent policy's state from step to step, as TorchRL's recurrent
+    modules expect: ``InitTracker`` writes ``is_init`` (True on the first step of each episode,
+    auto-resets included), and a ``TensorDictPrimer`` registers the keys of ``state`` (one
+    simulator's entry of ``Agent.initial_state``: its shapes and dtypes) in the specs and sets
+    them to zeros wherever an episode starts. The policy writes the next state under
+    ``"next"``; ``step_mdp`` carries it to the root. A lost life is no episode start (the game
+    goes on): the state carries on through it."""
+    specs = {
+        key: Unbounded(shape=value.shape[1:], dtype=value.dtype) for key, value in state.items()
+    }
+    return TransformedEnv(env, InitTracker()).append_transform(
+        TensorDictPrimer(specs, expand_specs=True)
     )
 
 
@@ -90,4 +112,5 @@ __all__ = [
     "make_env",
     "rom_id",
     "selectable_backends",
+    "with_state",
 ]

@@ -1,0 +1,346 @@
+"""``--model.recurrent lstm``: the LSTM actor-critic's state is reset at every episode start,
+carried from step to step and from batch to batch, recomputed for the updates from each
+sequence's stored first state, stepped by evaluation and play, and its PPO update is the plain
+LSTM loop's (reference.recurrent)."""
+
+import pytest
+import torch
+from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
+from torchrl.modules import set_recurrent_mode
+
+from accelrl.collectors import make_collector, plan_threads
+from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig
+from accelrl.evaluate import run_episodes
+from accelrl.models import STATE_KEYS
+from accelrl.play import play_env, play_episode
+from accelrl.validate import ConfigError
+from recipes import a2c_atari, appo_atari, dqn_atari, ppo_atari
+from reference.atari_actor_critic import Rollout
+from reference.recurrent import LSTMActorCritic, ppo_sequence_phase
+from tests import plain_parity
+from tests.helpers import cartpole_recipe_config
+from tests.numerics import float64
+
+CARTPOLE = {"obs_key": "observation", "obs_shape": (4,), "num_actions": 2}
+
+
+def recurrent_config(recipe=ppo_atari, lstm_hidden: int = 16):
+    cfg = recipe.Config()
+    cfg.env.game, cfg.env.num_envs = "CartPole-v1", 4
+    cfg.model.recurrent, cfg.model.lstm_hidden = "lstm", lstm_hidden
+    return cfg
+
+
+def agent_for(recipe=ppo_atari, spec=CARTPOLE, lstm_hidden: int = 16):
+    torch.manual_seed(0)
+    return recipe.make_agent(recurrent_config(recipe, lstm_hidden), spec, torch.device("cpu"))
+
+
+def batches(agent, count: int = 2, envs: int = 4, steps: int = 40, game: str = "CartPole-v1"):
+    """``count`` consecutive batches ``[envs, steps]`` of the in-process collector."""
+    collector = make_collector(
+        EnvConfig(game=game, num_envs=envs),
+        CollectorConfig(steps_per_batch=envs * steps),
+        agent.collect_policy,
+        seed=0,
+        plan=plan_threads(ThreadsConfig(), 0),
+        learner_device="cpu",
+        state=agent.initial_state(1),
+    )
+    out = []
+    try:
+        for batch in collector:
+            out.append(batch)
+            if len(out) == count:
+                return out
+    finally:
+        collector.shutdown()
+
+
+def test_off_by_default_and_feed_forward_has_no_state():
+    assert ppo_atari.Config().model.recurrent == "none"
+    torch.manual_seed(0)
+    ff = ppo_atari.make_agent(ppo_atari.Config(), CARTPOLE, torch.device("cpu"))
+    assert ff.initial_state(4) is None and ff.core is None
+
+
+def test_initial_state_is_zeros_of_the_state_keys():
+    state = agent_for().initial_state(3)
+    assert set(state.keys()) == set(STATE_KEYS)
+    for key in STATE_KEYS:
+        assert state[key].shape == (3, 1, 16) and not state[key].any()
+
+
+def test_the_state_starts_from_zeros_at_every_episode_start_and_only_there():
+    first, second = batches(agent_for())
+    for batch in (first, second):
+        starts = batch["is_init"].squeeze(-1)
+        done = batch["next", "done"].squeeze(-1)
+        assert done[:, :-1].any(), "need episodes that end (and auto-reset) mid-batch"
+        # An episode starts on the step after one ended, auto-resets included.
+        assert torch.equal(starts[:, 1:], done[:, :-1])
+        for key in STATE_KEYS:
+            state = batch[key]
+            assert not state[starts].any(), "an episode's first step acts from zeros"
+            assert state[~starts].abs().sum(-1).gt(0).all(), "later steps carry a state"
+            # Carried: each step acts from the state the step before wrote.
+            carried = ~starts[:, 1:]
+            assert torch.equal(state[:, 1:][carried], batch["next", key][:, :-1][carried])
+    assert first["is_init"][:, 0].all(), "the first batch starts every episode"
+
+
+def test_the_state_carries_from_one_batch_to_the_next():
+    first, second = batches(agent_for())
+    assert not second["is_init"][:, 0].any()
+    for key in STATE_KEYS:
+        assert torch.equal(second[key][:, 0], first["next", key][:, -1])
+
+
+def test_a_lost_life_does_not_restart_the_state():
+    spec = {"obs_key": "pixels", "obs_shape": (4, 84, 84), "num_actions": 4}
+    (batch,) = batches(agent_for(spec=spec, lstm_hidden=8), count=1, envs=2, steps=250,
+                       game="Breakout")  # fmt: skip
+    lost = batch["next", "life_lost"].squeeze(-1)[:, :-1]
+    assert lost.any(), "need a lost life in the batch"
+    assert not batch["is_init"].squeeze(-1)[:, 1:][lost].any()
+
+
+def recompute(agent, batch):
+    """The actor-critic over ``batch``'s whole sequences, as the updates run it."""
+    inputs = batch.select(agent.model[0].in_keys[0], *STATE_KEYS, "is_init")
+    with torch.no_grad(), set_recurrent_mode(True):
+        out = agent.model(inputs)
+    dist = torch.distributions.Categorical(logits=out["logits"])
+    return dist.log_prob(batch["action"]), out
+
+
+def test_sequences_recomputed_from_the_stored_first_state_reproduce_collection():
+    agent = agent_for()
+    _, batch = batches(agent)
+    assert batch["recurrent_state_h"][:, 0].any(), "the batch should start from a carried state"
+    log_prob, out = recompute(agent, batch)
+    torch.testing.assert_close(out["state_value"], batch["state_value"], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(log_prob, batch["action_log_prob"], rtol=1e-5, atol=1e-6)
+
+
+def test_ppo_minibatches_are_whole_simulators_in_time_order():
+    agent = agent_for()
+    agent.cfg.minibatches, agent.cfg.epochs = 2, 1
+    _, batch = batches(agent)
+    seen, objective = [], agent.objective
+
+    def spy(minibatch):
+        seen.append(minibatch.clone())
+        return objective(minibatch)
+
+    agent.objective = spy
+    metrics = agent.update(batch.clone(), progress=0.0)
+    assert len(seen) == 2 and all(mb.shape == (2, 40) for mb in seen)
+    obs = batch["observation"]
+    rows = sorted(
+        next(i for i in range(4) if torch.equal(obs[i], row))
+        for mb in seen
+        for row in mb["observation"]
+    )
+    assert rows == [0, 1, 2, 3]
+    assert metrics["train/clip_fraction"] >= 0
+    assert {"is_init", *STATE_KEYS} <= set(seen[0].keys())
+
+
+def test_a2c_steps_on_the_whole_batch_of_sequences():
+    agent = agent_for(a2c_atari)
+    _, batch = batches(agent)
+    seen, objective = [], agent.objective
+    agent.objective = lambda mb: seen.append(mb.shape) or objective(mb)
+    before = [p.detach().clone() for p in agent.model.parameters()]
+    agent.update(batch, progress=0.0)
+    assert seen == [torch.Size([4, 40])]
+    assert all(not torch.equal(a, b) for a, b in zip(before, agent.model.parameters(), strict=True))
+
+
+class Recorder(TensorDictModuleBase):
+    """The policy, recording the state and ``is_init`` each call acts from."""
+
+    def __init__(self, policy):
+        super().__init__()
+        self.policy, self.in_keys, self.out_keys = policy, policy.in_keys, policy.out_keys
+        self.calls = []
+
+    def forward(self, td):
+        self.calls.append((td["is_init"].clone(), td["recurrent_state_h"].clone()))
+        return self.policy(td)
+
+
+def check_stepped(calls):
+    first_init, first_state = calls[0]
+    assert first_init.all() and not first_state.any()
+    later = [state for init, state in calls[1:] if not init.any()]
+    assert later and all(state.abs().sum(-1).gt(0).all() for state in later)
+    for (_, _), (init, state) in zip(calls, calls[1:], strict=False):
+        assert not state[init.squeeze(-1)].any()
+
+
+def test_evaluation_steps_each_simulators_state():
+    agent = agent_for()
+    policy = Recorder(agent.eval_policy)
+    episodes = run_episodes(EnvConfig(game="CartPole-v1"), policy, episodes=2, seed=0,
+                            device=torch.device("cpu"), greedy=False,
+                            state=agent.initial_state(1))  # fmt: skip
+    assert len(episodes.returns) == 2 and len(policy.calls) > 5
+    check_stepped(policy.calls)
+
+
+def test_play_steps_the_state():
+    from accelrl.envs import backend_for
+
+    agent = agent_for()
+    policy = Recorder(agent.eval_policy)
+    env_cfg = EnvConfig(game="CartPole-v1")
+    env = play_env(backend_for(env_cfg), env_cfg, 0, agent.initial_state(1))
+    try:
+        with set_interaction_type(InteractionType.RANDOM):
+            episode = play_episode(env, policy, torch.device("cpu"))
+    finally:
+        env.close()
+    assert episode.steps == len(policy.calls) > 5
+    check_stepped(policy.calls)
+
+
+def test_checkpoints_keep_their_form_and_restore_the_weights():
+    agent, other = agent_for(), agent_for()
+    with torch.no_grad():
+        for p in agent.model.parameters():
+            p.add_(0.5)
+    state = agent.state_dict()
+    assert set(state) == {"model", "loss", "optimizer"}
+    other.load_state_dict(state)
+    for a, b in zip(agent.model.parameters(), other.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert any("lstm" in name for name in state["model"])
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c: setattr(c.collector, "num_workers", 1),
+        lambda c: setattr(c.collector, "kind", "alternating"),
+        lambda c: setattr(c.env, "async_batch_size", 2),
+        lambda c: setattr(c.compile, "loss", True),
+        lambda c: setattr(c.ppo, "minibatches", 3),
+    ],
+)
+def test_validation_refuses_what_the_state_cannot_yet_go_through(change):
+    cfg = recurrent_config()
+    cfg.collector.steps_per_batch = 96
+    ppo_atari.validate(cfg)
+    change(cfg)
+    with pytest.raises(ConfigError, match="model.recurrent"):
+        ppo_atari.validate(cfg)
+
+
+def test_dqn_refuses_a_recurrent_model():
+    cfg = dqn_atari.Config()
+    cfg.env.game, cfg.model.recurrent = "CartPole-v1", "lstm"
+    with pytest.raises(ConfigError, match="actor-critics"):
+        dqn_atari.validate(cfg)
+
+
+@pytest.mark.parametrize("recipe,algo", [(ppo_atari, "ppo"), (a2c_atari, "a2c")])
+def test_the_recipes_train_and_evaluate_a_recurrent_agent(tmp_path, recipe, algo):
+    cfg = cartpole_recipe_config(recipe.Config, algo, tmp_path / "run", eval_episodes=2)
+    cfg.model.recurrent, cfg.model.lstm_hidden = "lstm", 16
+    cfg.env.num_envs, cfg.collector.steps_per_batch, cfg.total_frames = 4, 128, 256
+    if algo == "ppo":
+        cfg.ppo.minibatches = 2
+    summary = recipe.train(cfg)
+    assert summary["updates"] == 2 and summary["eval/greedy_return"] > 0
+
+
+def test_appo_builds_a_recurrent_agent_for_in_process_collection():
+    agent = agent_for(appo_atari)
+    assert agent.core is not None and agent.initial_state(2) is not None
+
+
+def plain_view(batch, plain, p):
+    """What the plain loop reads from ``batch`` (time first): observations, episode starts,
+    actions, log-probs, GAE advantages, returns and values (life loss folded into the
+    boundaries, as plain_parity.plain_view), and the batch-start state."""
+    nxt = batch["next"]
+    lost = nxt["life_lost"] & ~nxt["done"]
+
+    def time_first(x):
+        return x.squeeze(-1).transpose(0, 1).to(torch.float64)
+
+    rollout = Rollout.__new__(Rollout)
+    rollout.steps = batch.shape[1]
+    rollout.rewards = time_first(nxt["reward"])
+    rollout.terms = time_first(nxt["terminated"] | lost)
+    rollout.dones = time_first(nxt["done"] | lost)
+    rollout.values = time_first(batch["state_value"])
+    obs = batch["observation"].transpose(0, 1)
+    starts = time_first(batch["is_init"])
+    state = tuple(batch[key][:, 0].transpose(0, 1).contiguous() for key in STATE_KEYS)
+    with torch.no_grad():
+        # Bootstrap values of the next observations: after an episode's last step and after
+        # the batch's last step, each from the state the LSTM had reached there.
+        _, _, last = plain.unroll(obs, state, starts)
+        _, after, _ = plain.unroll(nxt["observation"][:, -1].unsqueeze(0), last,
+                                   torch.zeros(1, obs.shape[1]))  # fmt: skip
+        rollout.trunc_values = {}
+        for t in range(rollout.steps):
+            rows = nxt["truncated"].squeeze(-1)[:, t].nonzero().squeeze(-1)
+            if len(rows):
+                h = tuple(nxt[key][rows, t].transpose(0, 1) for key in STATE_KEYS)
+                o = nxt["observation"][rows, t].unsqueeze(0)
+                rollout.trunc_values[t] = (
+                    rows,
+                    plain.unroll(o, h, torch.zeros(1, len(rows)))[1][0],
+                )
+    adv = rollout.advantages(after[0], p.gamma, p.gae_lambda)
+    act = batch["action"].transpose(0, 1)
+    collected = (act, time_first(batch["action_log_prob"]), adv, adv + rollout.values,
+                 rollout.values)  # fmt: skip
+    return (obs, starts, *collected), state
+
+
+@pytest.mark.numerics
+def test_a_recurrent_ppo_update_matches_the_plain_lstm_loop_on_the_same_batch():
+    """By construction, in float64: the recipe's recurrent PPO phase (two epochs of two
+    minibatches of two simulators' whole sequences, from a carried batch-start state, with
+    episodes that end mid-batch, a lost life and a truncation) and reference.recurrent's
+    ``ppo_sequence_phase`` from the same weights give the same weights and metrics."""
+    cfg = recurrent_config()
+    cfg.ppo.epochs, cfg.ppo.minibatches, cfg.ppo.lr = 2, 2, 1e-2
+    torch.manual_seed(0)
+    collecting = ppo_atari.make_agent(cfg, CARTPOLE, torch.device("cpu"))
+    _, batch = batches(collecting)
+    with float64():
+        ppo = ppo_atari.make_agent(cfg, CARTPOLE, torch.device("cpu"))
+    ppo.model.load_state_dict(collecting.model.state_dict())
+    batch = batch.apply(lambda x: x.double() if x.is_floating_point() else x)
+    nxt = batch["next"]
+    nxt["life_lost"][1, 5] = True
+    nxt["done"][2, 7], nxt["truncated"][2, 7] = True, True
+    batch["is_init"][2, 8] = True
+    for key in STATE_KEYS:
+        batch[key][2, 8] = 0
+    nxt["observation"][2, 7] = nxt["observation"][2, 7].flip(-1)
+
+    ours = list(ppo.model.parameters())
+    plain = LSTMActorCritic(4, 2, lstm_hidden=16).double()
+    assert [p.shape for p in ours] == [p.shape for p in plain.parameters()]
+    with torch.no_grad():
+        for mine, theirs in zip(ours, plain.parameters(), strict=True):
+            theirs.copy_(mine)
+    p = cfg.ppo
+    view, state = plain_view(batch, plain, p)
+    opt = torch.optim.Adam(plain.parameters(), lr=p.lr * 0.2, eps=p.adam_eps)
+    torch.manual_seed(1)
+    kl, clipped, grad_norm = (ppo_sequence_phase(plain, opt, view, state, p,
+                                                 p.clip_epsilon * 0.2) / 4).tolist()  # fmt: skip
+    torch.manual_seed(1)
+    metrics = ppo.update(batch, progress=0.8)
+    assert metrics["train/clip_fraction"] == pytest.approx(clipped, abs=1e-9)
+    assert metrics["train/grad_norm"] == pytest.approx(grad_norm, rel=plain_parity.TOL["rtol"])
+    for mine, theirs in zip(ours, plain.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs, **plain_parity.TOL)
