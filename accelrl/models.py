@@ -13,7 +13,12 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import InteractionType, TensorDictModule, TensorDictSequential
+from tensordict.nn import (
+    InteractionType,
+    TensorDictModule,
+    TensorDictModuleBase,
+    TensorDictSequential,
+)
 from tensordict.nn.probabilistic import interaction_type
 from torch import nn
 from torchrl.modules import ActorValueOperator, LSTMModule, ProbabilisticActor, ValueOperator
@@ -226,6 +231,14 @@ def make_actor_critic(
         )
         value_net = nn.Sequential(value_mlp, orthogonal_(nn.Linear(value_mlp.out_features, 1), 1.0))
     common = DirectTensorDictModule(trunk, in_keys=[obs_key], out_keys=["hidden"])
+    return with_heads(common, policy_net, value_net)
+
+
+def with_heads(
+    common: TensorDictModuleBase, policy_net: nn.Module, value_net: nn.Module
+) -> ActorValueOperator:
+    """``common`` (writing ``hidden``) with a categorical policy head (``logits``, ``action``,
+    ``action_log_prob``) and a value head (``state_value``) on ``hidden``."""
     actor = ProbabilisticActor(
         DirectTensorDictModule(policy_net, in_keys=["hidden"], out_keys=["logits"]),
         in_keys=["logits"],
@@ -288,15 +301,7 @@ def make_recurrent_actor_critic(
     )
     policy_net = orthogonal_(nn.Linear(lstm_hidden, num_actions), 0.01)
     value_net = orthogonal_(nn.Linear(lstm_hidden, 1), 1.0)
-    actor = ProbabilisticActor(
-        DirectTensorDictModule(policy_net, in_keys=["hidden"], out_keys=["logits"]),
-        in_keys=["logits"],
-        out_keys=["action"],
-        distribution_class=torch.distributions.Categorical,
-        return_log_prob=True,
-    )
-    critic = DirectValueOperator(value_net, in_keys=["hidden"])
-    return ActorValueOperator(common, actor, critic)
+    return with_heads(common, policy_net, value_net)
 
 
 def recurrent_core(model: ActorValueOperator) -> LSTMModule | None:
