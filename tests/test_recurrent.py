@@ -206,6 +206,11 @@ def test_play_steps_the_state():
     check_stepped(policy.calls)
 
 
+def test_export_says_it_is_not_done_yet():
+    with pytest.raises(NotImplementedError, match="recurrent"):
+        agent_for().export_module()
+
+
 def test_checkpoints_keep_their_form_and_restore_the_weights():
     agent, other = agent_for(), agent_for()
     with torch.no_grad():

@@ -309,7 +309,13 @@ class ActorCriticLearner:
     def export_module(self) -> torch.nn.Module:
         """The greedy actor as a plain module: the trunk's and the policy head's networks
         without TensorDicts (the first module of each ``TensorDictSequential``, by its public
-        indexing); observation in, ``argmax`` of the logits out."""
+        indexing); observation in, ``argmax`` of the logits out. A recurrent actor-critic has
+        no export yet (its state would be an input and an output)."""
+        if self.core is not None:
+            raise NotImplementedError(
+                "export of a recurrent (--model.recurrent lstm) agent is not implemented yet: "
+                "its state would be an input and an output of the exported module"
+            )
         trunk = self.model.get_policy_operator()[0].module
         head = self.model.get_policy_head()[0].module
         return GreedyActorCritic(trunk, head).eval()
