@@ -206,9 +206,81 @@ def test_play_steps_the_state():
     check_stepped(policy.calls)
 
 
-def test_export_says_it_is_not_done_yet():
-    with pytest.raises(NotImplementedError, match="recurrent"):
-        agent_for().export_module()
+def eval_actions(agent, obs, starts):
+    """The eval policy's greedy actions ``[T, B]`` on ``obs`` ``[T, B, 4]``, stepping its state
+    as evaluation does: ``is_init`` where ``starts`` ``[T, B]`` is set, the state the step before
+    wrote elsewhere."""
+    state = agent.initial_state(obs.shape[1])
+    actions = []
+    with torch.no_grad(), set_interaction_type(InteractionType.DETERMINISTIC):
+        for t in range(obs.shape[0]):
+            td = state.clone().update({"observation": obs[t], "is_init": starts[t, :, None]})
+            out = agent.eval_policy(td)
+            actions.append(out["action"])
+            state = out["next"].select(*STATE_KEYS)
+    return torch.stack(actions)
+
+
+def exported_actions(step, obs, starts, h, c, reset=True):
+    """An exported ``step`` ``(obs, h, c) -> (action, h, c)`` over ``obs`` ``[T, B, 4]`` with
+    its own state, zeroed by the caller where ``starts`` is set (``reset``)."""
+    actions = []
+    for t in range(obs.shape[0]):
+        if reset:
+            keep = (~starts[t]).view(-1, 1, 1)
+            h, c = h * keep, c * keep
+        action, h, c = step(obs[t], h, c)
+        actions.append(torch.as_tensor(action))
+    return torch.stack(actions)
+
+
+def onnx_step(path):
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["obs", "h", "c"]
+    assert [o.name for o in session.get_outputs()] == ["action", "h_next", "c_next"]
+
+    def step(obs, h, c):
+        feed = {
+            "obs": obs.numpy(),
+            "h": torch.as_tensor(h).numpy(),
+            "c": torch.as_tensor(c).numpy(),
+        }
+        return tuple(torch.from_numpy(x) for x in session.run(None, feed))
+
+    return step
+
+
+@pytest.mark.parametrize("suffix", [".pt2", ".onnx"])
+def test_the_exported_step_with_its_own_state_acts_as_the_eval_policy(tmp_path, suffix):
+    from accelrl.export import example_inputs, greedy_module, save_module
+
+    if suffix == ".onnx":
+        pytest.importorskip("onnxscript")
+    agent = agent_for()
+    torch.manual_seed(1)
+    with torch.no_grad():  # large weights: greedy actions that vary and depend on the state
+        for p in agent.model.parameters():
+            p.normal_(0.0, 1.0)
+    steps, envs = 16, 8  # traced at batch 2
+    obs = torch.randn(steps, envs, 4)
+    starts = torch.rand(steps, envs) < 0.2  # episodes starting mid-way, at different steps
+    starts[0] = True
+    expected = eval_actions(agent, obs, starts)
+    assert len(set(expected.flatten().tolist())) > 1, "the check needs actions that differ"
+
+    out = tmp_path / f"policy{suffix}"
+    save_module(greedy_module(agent), example_inputs(agent, recurrent_config()), out)
+    step = torch.export.load(out).module() if suffix == ".pt2" else onnx_step(out)
+    h, c = (agent.initial_state(envs)[key] for key in STATE_KEYS)
+    assert h.shape == (envs, 1, 16)
+    actions = exported_actions(step, obs, starts, h, c)
+    assert actions.dtype == torch.int64
+    assert torch.equal(actions, expected)
+    # The state matters: without the resets, or from zeros at every step, the actions differ.
+    assert not torch.equal(exported_actions(step, obs, starts, h, c, reset=False), expected)
+    memoryless = torch.stack([step(obs[t], h, c)[0] for t in range(steps)])
+    assert not torch.equal(torch.as_tensor(memoryless), expected)
 
 
 def test_checkpoints_keep_their_form_and_restore_the_weights():
@@ -259,6 +331,11 @@ def test_the_recipes_train_and_evaluate_a_recurrent_agent(tmp_path, recipe, algo
         cfg.ppo.minibatches = 2
     summary = recipe.train(cfg)
     assert summary["updates"] == 2 and summary["eval/greedy_return"] > 0
+    from accelrl.export import ExportConfig, export
+
+    step = torch.export.load(export(ExportConfig(cfg.run_dir, str(tmp_path / "p.pt2")))).module()
+    action, h, c = step(torch.zeros(3, 4), torch.zeros(3, 1, 16), torch.zeros(3, 1, 16))
+    assert action.shape == (3,) and h.shape == c.shape == (3, 1, 16)
 
 
 def test_appo_builds_a_recurrent_agent_for_in_process_collection():
