@@ -16,7 +16,8 @@ from accelrl.play import play_env, play_episode
 from accelrl.validate import ConfigError
 from recipes import a2c_atari, appo_atari, dqn_atari, ppo_atari
 from reference.atari_actor_critic import Rollout
-from reference.recurrent import LSTMActorCritic, ppo_sequence_phase
+from reference.common import clipped_step
+from reference.recurrent import LSTMActorCritic, a2c_sequence_loss, ppo_sequence_phase
 from tests import plain_parity
 from tests.helpers import cartpole_recipe_config
 from tests.numerics import float64
@@ -385,20 +386,16 @@ def plain_view(batch, plain, p):
     return (obs, starts, *collected), state
 
 
-@pytest.mark.numerics
-def test_a_recurrent_ppo_update_matches_the_plain_lstm_loop_on_the_same_batch():
-    """By construction, in float64: the recipe's recurrent PPO phase (two epochs of two
-    minibatches of two simulators' whole sequences, from a carried batch-start state, with
-    episodes that end mid-batch, a lost life and a truncation) and reference.recurrent's
-    ``ppo_sequence_phase`` from the same weights give the same weights and metrics."""
-    cfg = recurrent_config()
-    cfg.ppo.epochs, cfg.ppo.minibatches, cfg.ppo.lr = 2, 2, 1e-2
+def parity_setup(recipe, cfg):
+    """A float64 agent of ``recipe`` and a batch for it (collected in float32 from the same
+    weights, then widened: a carried batch-start state, episodes that end mid-batch, and given
+    a lost life and a truncation), and the plain LSTM actor-critic with its weights."""
     torch.manual_seed(0)
-    collecting = ppo_atari.make_agent(cfg, CARTPOLE, torch.device("cpu"))
+    collecting = recipe.make_agent(cfg, CARTPOLE, torch.device("cpu"))
     _, batch = batches(collecting)
     with float64():
-        ppo = ppo_atari.make_agent(cfg, CARTPOLE, torch.device("cpu"))
-    ppo.model.load_state_dict(collecting.model.state_dict())
+        agent = recipe.make_agent(cfg, CARTPOLE, torch.device("cpu"))
+    agent.model.load_state_dict(collecting.model.state_dict())
     batch = batch.apply(lambda x: x.double() if x.is_floating_point() else x)
     nxt = batch["next"]
     nxt["life_lost"][1, 5] = True
@@ -407,13 +404,28 @@ def test_a_recurrent_ppo_update_matches_the_plain_lstm_loop_on_the_same_batch():
     for key in STATE_KEYS:
         batch[key][2, 8] = 0
     nxt["observation"][2, 7] = nxt["observation"][2, 7].flip(-1)
-
-    ours = list(ppo.model.parameters())
     plain = LSTMActorCritic(4, 2, lstm_hidden=16).double()
-    assert [p.shape for p in ours] == [p.shape for p in plain.parameters()]
+    assert [p.shape for p in agent.model.parameters()] == [p.shape for p in plain.parameters()]
     with torch.no_grad():
-        for mine, theirs in zip(ours, plain.parameters(), strict=True):
+        for mine, theirs in zip(agent.model.parameters(), plain.parameters(), strict=True):
             theirs.copy_(mine)
+    return agent, batch, plain
+
+
+def assert_same_weights(agent, plain):
+    for mine, theirs in zip(agent.model.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs, **plain_parity.TOL)
+
+
+@pytest.mark.numerics
+def test_a_recurrent_ppo_update_matches_the_plain_lstm_loop_on_the_same_batch():
+    """By construction, in float64: the recipe's recurrent PPO phase (two epochs of two
+    minibatches of two simulators' whole sequences, from a carried batch-start state, with
+    episodes that end mid-batch, a lost life and a truncation) and reference.recurrent's
+    ``ppo_sequence_phase`` from the same weights give the same weights and metrics."""
+    cfg = recurrent_config()
+    cfg.ppo.epochs, cfg.ppo.minibatches, cfg.ppo.lr = 2, 2, 1e-2
+    ppo, batch, plain = parity_setup(ppo_atari, cfg)
     p = cfg.ppo
     view, state = plain_view(batch, plain, p)
     opt = torch.optim.Adam(plain.parameters(), lr=p.lr * 0.2, eps=p.adam_eps)
@@ -424,5 +436,28 @@ def test_a_recurrent_ppo_update_matches_the_plain_lstm_loop_on_the_same_batch():
     metrics = ppo.update(batch, progress=0.8)
     assert metrics["train/clip_fraction"] == pytest.approx(clipped, abs=1e-9)
     assert metrics["train/grad_norm"] == pytest.approx(grad_norm, rel=plain_parity.TOL["rtol"])
-    for mine, theirs in zip(ours, plain.parameters(), strict=True):
-        torch.testing.assert_close(mine, theirs, **plain_parity.TOL)
+    assert_same_weights(ppo, plain)
+
+
+@pytest.mark.numerics
+def test_a_recurrent_a2c_update_matches_the_plain_lstm_loop_on_the_same_batch():
+    """By construction, in float64: the recipe's recurrent A2C step (all four simulators' whole
+    sequences at once, n-step returns, from a carried batch-start state, with episodes that end
+    mid-batch, a lost life and a truncation) and reference.recurrent's ``a2c_sequence_loss``
+    with one clipped Adam step from the same weights give the same weights and grad norm."""
+    cfg = recurrent_config(a2c_atari)
+    cfg.a2c.lr = 1e-2
+    a2c, batch, plain = parity_setup(a2c_atari, cfg)
+    # The values the batch holds in float64: the plain loss's advantage is returns minus the
+    # values of its own forward pass, as the recipe's is returns minus the collected values.
+    batch["state_value"] = recompute(a2c, batch)[1]["state_value"]
+    a = cfg.a2c
+    (obs, starts, actions, _, _, returns, _), state = plain_view(batch, plain, a)
+    loss = a2c_sequence_loss(plain, (obs, starts, actions, returns), state, a)
+    grad_norm = clipped_step(torch.optim.Adam(plain.parameters(), lr=a.lr * 0.5, eps=a.eps),
+                             loss, plain.parameters(), a.max_grad_norm)  # fmt: skip
+    metrics = a2c.update(batch, progress=0.5)
+    assert metrics["train/grad_norm"] == pytest.approx(
+        float(grad_norm), rel=plain_parity.TOL["rtol"]
+    )
+    assert_same_weights(a2c, plain)
