@@ -461,3 +461,24 @@ def test_a_recurrent_a2c_update_matches_the_plain_lstm_loop_on_the_same_batch():
         float(grad_norm), rel=plain_parity.TOL["rtol"]
     )
     assert_same_weights(a2c, plain)
+
+
+def test_hidden_velocities_read_as_zeros_after_resets_and_at_episode_ends():
+    from accelrl.envs import make_env
+
+    env = make_env(EnvConfig(game="CartPole-v1", num_envs=2, hide_velocities=True), seed=0)
+    try:
+        batch = env.rollout(60, break_when_any_done=False)
+    finally:
+        env.close()
+    assert batch["next", "done"].any(), "need an episode end (its final observation)"
+    for obs in (batch["observation"], batch["next", "observation"]):
+        assert not obs[..., [1, 3]].any() and obs[..., [0, 2]].abs().sum(-1).gt(0).all()
+
+
+@pytest.mark.parametrize("game", ["Acrobot-v1", "Pong", "MinAtar/Breakout"])
+def test_hide_velocities_is_refused_outside_cartpole(game):
+    cfg = recurrent_config()
+    cfg.env.game, cfg.env.hide_velocities = game, True
+    with pytest.raises(ConfigError, match="hide-velocities=True: is for CartPole"):
+        ppo_atari.validate(cfg)
