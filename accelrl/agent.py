@@ -9,7 +9,8 @@ Every learner (``accelrl.algos``: ``PPO``, ``A2C``, ``DQN``; APPO is a ``PPO``) 
   ``InteractionType.DETERMINISTIC``, sampled under ``RANDOM`` (the DQN family: eps-greedy at
   ``--dqn.eval-eps``);
 - ``export_module()``: a plain ``nn.Module``, observation tensor in, greedy action out, sharing
-  the agent's weights (``accelrl.export`` traces it);
+  the agent's weights (``accelrl.export`` traces it); a recurrent policy's takes and returns its
+  state too, ``(obs, h, c) -> (action, h, c)``, zeroed by the caller at an episode's start;
 - ``networks()``: every module whose parameters and buffers the checkpoint holds, in a fixed
   order (rank 0's weights are broadcast over them; checksums and the non-finite check read
   them);

@@ -57,6 +57,10 @@ class EnvConfig:
     chose (the game waits for it to serve; OpenAI baselines' episodic-life + FIRE-reset wrappers
     press it there too). Part of the simulator's dynamics: the agent's chosen action is
     recorded, as with sticky actions."""
+    hide_velocities: bool = False
+    """CartPole only: zero the cart's and the pole's velocities (observation indices 1 and 3),
+    a partially observed task where a policy must remember the positions it saw
+    (docs/recurrent.md)."""
 
 
 @dataclass

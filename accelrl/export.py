@@ -9,10 +9,17 @@ The exported model takes a batch of observations as the env writes them (``uint8
 ``int64`` actions ``[B]``: the actor's most likely action, or the action with the highest
 (expected, for C51) Q-value. The agent is loaded as ``accelrl.play`` loads it (config.json,
 newest good checkpoint or ``--checkpoint``, safe load).
+
+A recurrent agent (``--model.recurrent lstm``) exports one step with its state as an input and
+an output: ``(obs, h, c) -> (action, h_next, c_next)``, ``h`` and ``c`` ``float32``
+``[B, 1, lstm_hidden]``. The caller carries ``h_next`` and ``c_next`` to the next step of the
+same simulator and passes zeros at an episode's first step (the exported model has no episode
+start input: zeroing the state is the reset).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,12 +29,14 @@ import tyro
 from torch import nn
 
 from accelrl.agent import Agent
+from accelrl.models import STATE_KEYS
 from accelrl.play import PlayConfig, PlayError, load_agent, run_tool
 
 
 def greedy_module(agent: Agent) -> nn.Module:
-    """A plain ``nn.Module`` (tensor in, actions out) with the agent's weights (shared, not
-    copied): the agent contract's ``export_module``."""
+    """A plain ``nn.Module`` (observations in, actions out; a recurrent agent's state in and
+    out too) with the agent's weights (shared, not copied): the agent contract's
+    ``export_module``."""
     return agent.export_module()
 
 
@@ -41,12 +50,40 @@ def example_input(run_cfg: Any, batch: int = 2) -> torch.Tensor:
     return torch.randn(shape)
 
 
-def save_module(module: nn.Module, example: torch.Tensor, out: Path) -> None:
-    """Write ``module`` (traced on ``example``, any batch size) as .pt2 or .onnx."""
-    batch = torch.export.Dim("batch", min=1, max=1 << 16)
+def example_inputs(agent: Agent, run_cfg: Any, batch: int = 2) -> tuple[torch.Tensor, ...]:
+    """What ``agent.export_module()`` is traced on: observations, and a recurrent agent's state
+    (``initial_state``'s ``STATE_KEYS``: ``h``, ``c``)."""
+    state = agent.initial_state(batch)
+    obs = example_input(run_cfg, batch)
+    if state is None:
+        return (obs,)
+    return (obs, *(state[key] for key in STATE_KEYS))
+
+
+STATE_NAMES = ("h", "c")
+"""The ONNX names of a recurrent module's state inputs; its outputs are ``NAME_next``."""
+
+
+def save_module(
+    module: nn.Module, example: torch.Tensor | tuple[torch.Tensor, ...], out: Path
+) -> None:
+    """Write ``module`` (traced on ``example``: the observations, then a recurrent module's
+    state; any batch size, dimension 0 of every input) as .pt2 or .onnx."""
+    inputs = example if isinstance(example, tuple) else (example,)
     out.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        # nn.LSTM re-reads its weights into ``_flat_weights`` when torch.export swaps its
+        # parameters in; the program holds them as parameters all the same (lstm.weight_* in
+        # its state_dict), so this warning says nothing about the file.
+        warnings.filterwarnings("ignore", "The tensor attributes self.lstm._flat_weights")
+        trace(module, inputs, out)
+
+
+def trace(module: nn.Module, inputs: tuple[torch.Tensor, ...], out: Path) -> None:
+    batch = torch.export.Dim("batch", min=1, max=1 << 16)
+    dynamic = tuple({0: batch} for _ in inputs)
     if out.suffix == ".pt2":
-        program = torch.export.export(module, (example,), dynamic_shapes=({0: batch},))
+        program = torch.export.export(module, inputs, dynamic_shapes=dynamic)
         torch.export.save(program, out)
         return
     try:
@@ -56,13 +93,14 @@ def save_module(module: nn.Module, example: torch.Tensor, out: Path) -> None:
             "ONNX export needs onnx and onnxscript: pip install onnx onnxscript "
             "(or write a .pt2 file)"
         ) from None
+    state = STATE_NAMES[: len(inputs) - 1]
     torch.onnx.export(
         module,
-        (example,),
+        inputs,
         str(out),
-        input_names=["obs"],
-        output_names=["action"],
-        dynamic_shapes=({0: batch},),
+        input_names=["obs", *state],
+        output_names=["action", *(f"{name}_next" for name in state)],
+        dynamic_shapes=dynamic,
         dynamo=True,
     )
 
@@ -93,7 +131,7 @@ def export(cfg: ExportConfig) -> Path:
         device="cpu",
     )
     loaded = load_agent(play_cfg)
-    save_module(greedy_module(loaded.agent), example_input(loaded.run_cfg), out)
+    save_module(greedy_module(loaded.agent), example_inputs(loaded.agent, loaded.run_cfg), out)
     print(f"exported the greedy policy of {loaded.checkpoint} to {out}")
     return out
 

@@ -441,6 +441,26 @@ class GreedyActorCritic(nn.Module):
         return self.head(self.trunk(obs)).argmax(-1)
 
 
+class RecurrentGreedyActorCritic(nn.Module):
+    """One step of a recurrent actor-critic: trunk, LSTM, policy head, argmax of the logits.
+
+    ``(obs [B, ...], h [B, layers, hidden], c [B, layers, hidden]) -> (action [B], h, c)``: the
+    state in the layout of ``STATE_KEYS`` (batch first). The caller carries the returned state
+    to the next step and zeros it where an episode starts (there is no ``is_init`` input)."""
+
+    def __init__(self, trunk: nn.Module, lstm: nn.LSTM, head: nn.Module) -> None:
+        super().__init__()
+        self.trunk, self.lstm, self.head = trunk, lstm, head
+
+    def forward(
+        self, obs: torch.Tensor, h: torch.Tensor, c: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        features = self.trunk(obs).unsqueeze(1)  # [B, 1 step, features]; the LSTM is batch first
+        state = (h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous())
+        y, (h, c) = self.lstm(features, state)
+        return self.head(y[:, 0]).argmax(-1), h.transpose(0, 1), c.transpose(0, 1)
+
+
 class GreedyQ(nn.Module):
     """Q-network, argmax of the Q-values (of their expectation over C51's support)."""
 

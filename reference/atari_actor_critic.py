@@ -175,7 +175,13 @@ def a2c_loss(
     """A2C's loss on ``[N]`` steps: policy gradient with advantage ``returns - V`` (V from this
     forward pass, detached), ``a.value_coef`` x squared value error, ``a.entropy_coef`` x
     entropy bonus. ``a``: the recipe's ``cfg.a2c``."""
-    logits, value = model(obs)
+    return a2c_objective(*model(obs), actions, returns, a)
+
+
+def a2c_objective(
+    logits: torch.Tensor, value: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, a: Any
+) -> torch.Tensor:
+    """``a2c_loss`` from the network's ``logits`` and ``value`` (any shape)."""
     dist = torch.distributions.Categorical(logits=logits)
     adv = returns - value.detach()
     if a.normalize_advantage:

@@ -7,7 +7,8 @@ place), one ``nn.LSTM`` layer, a policy and a value head on its output. Episodes
 zero state: ``unroll`` multiplies the state by ``1 - start`` before each step whose ``start`` is
 set (the first step of an episode), one step at a time. The PPO phase keeps each simulator's
 sequence whole and in time order: its minibatches are sets of simulators, each unrolled from
-the state it had at the start of the batch.
+the state it had at the start of the batch. A2C's loss runs on all simulators' sequences at
+once (``a2c_sequence_loss``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from reference.atari_actor_critic import ppo_minibatch
+from reference.atari_actor_critic import a2c_objective, ppo_minibatch
 from reference.common import clipped_step, orth
 
 
@@ -88,3 +89,16 @@ def ppo_sequence_phase(
             grad_norm = clipped_step(opt, loss, model.parameters(), p.max_grad_norm)
             stats += torch.stack([kl, clipped, grad_norm.detach()])
     return stats
+
+
+def a2c_sequence_loss(
+    model: LSTMActorCritic,
+    batch: tuple[torch.Tensor, ...],
+    state: tuple[torch.Tensor, torch.Tensor],
+    a: Any,
+) -> torch.Tensor:
+    """A2C's loss on ``batch`` = (obs, starts, actions, returns), each ``[T, B, ...]``, every
+    sequence unrolled whole from the batch-start ``state``. ``a``: the recipe's ``cfg.a2c``."""
+    obs, starts, actions, returns = batch
+    logits, value, _ = model.unroll(obs, state, starts)
+    return a2c_objective(logits, value, actions, returns, a)

@@ -16,7 +16,8 @@ from accelrl.play import play_env, play_episode
 from accelrl.validate import ConfigError
 from recipes import a2c_atari, appo_atari, dqn_atari, ppo_atari
 from reference.atari_actor_critic import Rollout
-from reference.recurrent import LSTMActorCritic, ppo_sequence_phase
+from reference.common import clipped_step
+from reference.recurrent import LSTMActorCritic, a2c_sequence_loss, ppo_sequence_phase
 from tests import plain_parity
 from tests.helpers import cartpole_recipe_config
 from tests.numerics import float64
@@ -206,9 +207,81 @@ def test_play_steps_the_state():
     check_stepped(policy.calls)
 
 
-def test_export_says_it_is_not_done_yet():
-    with pytest.raises(NotImplementedError, match="recurrent"):
-        agent_for().export_module()
+def eval_actions(agent, obs, starts):
+    """The eval policy's greedy actions ``[T, B]`` on ``obs`` ``[T, B, 4]``, stepping its state
+    as evaluation does: ``is_init`` where ``starts`` ``[T, B]`` is set, the state the step before
+    wrote elsewhere."""
+    state = agent.initial_state(obs.shape[1])
+    actions = []
+    with torch.no_grad(), set_interaction_type(InteractionType.DETERMINISTIC):
+        for t in range(obs.shape[0]):
+            td = state.clone().update({"observation": obs[t], "is_init": starts[t, :, None]})
+            out = agent.eval_policy(td)
+            actions.append(out["action"])
+            state = out["next"].select(*STATE_KEYS)
+    return torch.stack(actions)
+
+
+def exported_actions(step, obs, starts, h, c, reset=True):
+    """An exported ``step`` ``(obs, h, c) -> (action, h, c)`` over ``obs`` ``[T, B, 4]`` with
+    its own state, zeroed by the caller where ``starts`` is set (``reset``)."""
+    actions = []
+    for t in range(obs.shape[0]):
+        if reset:
+            keep = (~starts[t]).view(-1, 1, 1)
+            h, c = h * keep, c * keep
+        action, h, c = step(obs[t], h, c)
+        actions.append(torch.as_tensor(action))
+    return torch.stack(actions)
+
+
+def onnx_step(path):
+    ort = pytest.importorskip("onnxruntime")
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["obs", "h", "c"]
+    assert [o.name for o in session.get_outputs()] == ["action", "h_next", "c_next"]
+
+    def step(obs, h, c):
+        feed = {
+            "obs": obs.numpy(),
+            "h": torch.as_tensor(h).numpy(),
+            "c": torch.as_tensor(c).numpy(),
+        }
+        return tuple(torch.from_numpy(x) for x in session.run(None, feed))
+
+    return step
+
+
+@pytest.mark.parametrize("suffix", [".pt2", ".onnx"])
+def test_the_exported_step_with_its_own_state_acts_as_the_eval_policy(tmp_path, suffix):
+    from accelrl.export import example_inputs, greedy_module, save_module
+
+    if suffix == ".onnx":
+        pytest.importorskip("onnxscript")
+    agent = agent_for()
+    torch.manual_seed(1)
+    with torch.no_grad():  # large weights: greedy actions that vary and depend on the state
+        for p in agent.model.parameters():
+            p.normal_(0.0, 1.0)
+    steps, envs = 16, 8  # traced at batch 2
+    obs = torch.randn(steps, envs, 4)
+    starts = torch.rand(steps, envs) < 0.2  # episodes starting mid-way, at different steps
+    starts[0] = True
+    expected = eval_actions(agent, obs, starts)
+    assert len(set(expected.flatten().tolist())) > 1, "the check needs actions that differ"
+
+    out = tmp_path / f"policy{suffix}"
+    save_module(greedy_module(agent), example_inputs(agent, recurrent_config()), out)
+    step = torch.export.load(out).module() if suffix == ".pt2" else onnx_step(out)
+    h, c = (agent.initial_state(envs)[key] for key in STATE_KEYS)
+    assert h.shape == (envs, 1, 16)
+    actions = exported_actions(step, obs, starts, h, c)
+    assert actions.dtype == torch.int64
+    assert torch.equal(actions, expected)
+    # The state matters: without the resets, or from zeros at every step, the actions differ.
+    assert not torch.equal(exported_actions(step, obs, starts, h, c, reset=False), expected)
+    memoryless = torch.stack([step(obs[t], h, c)[0] for t in range(steps)])
+    assert not torch.equal(torch.as_tensor(memoryless), expected)
 
 
 def test_checkpoints_keep_their_form_and_restore_the_weights():
@@ -259,6 +332,11 @@ def test_the_recipes_train_and_evaluate_a_recurrent_agent(tmp_path, recipe, algo
         cfg.ppo.minibatches = 2
     summary = recipe.train(cfg)
     assert summary["updates"] == 2 and summary["eval/greedy_return"] > 0
+    from accelrl.export import ExportConfig, export
+
+    step = torch.export.load(export(ExportConfig(cfg.run_dir, str(tmp_path / "p.pt2")))).module()
+    action, h, c = step(torch.zeros(3, 4), torch.zeros(3, 1, 16), torch.zeros(3, 1, 16))
+    assert action.shape == (3,) and h.shape == c.shape == (3, 1, 16)
 
 
 def test_appo_builds_a_recurrent_agent_for_in_process_collection():
@@ -308,20 +386,16 @@ def plain_view(batch, plain, p):
     return (obs, starts, *collected), state
 
 
-@pytest.mark.numerics
-def test_a_recurrent_ppo_update_matches_the_plain_lstm_loop_on_the_same_batch():
-    """By construction, in float64: the recipe's recurrent PPO phase (two epochs of two
-    minibatches of two simulators' whole sequences, from a carried batch-start state, with
-    episodes that end mid-batch, a lost life and a truncation) and reference.recurrent's
-    ``ppo_sequence_phase`` from the same weights give the same weights and metrics."""
-    cfg = recurrent_config()
-    cfg.ppo.epochs, cfg.ppo.minibatches, cfg.ppo.lr = 2, 2, 1e-2
+def parity_setup(recipe, cfg):
+    """A float64 agent of ``recipe`` and a batch for it (collected in float32 from the same
+    weights, then widened: a carried batch-start state, episodes that end mid-batch, and given
+    a lost life and a truncation), and the plain LSTM actor-critic with its weights."""
     torch.manual_seed(0)
-    collecting = ppo_atari.make_agent(cfg, CARTPOLE, torch.device("cpu"))
+    collecting = recipe.make_agent(cfg, CARTPOLE, torch.device("cpu"))
     _, batch = batches(collecting)
     with float64():
-        ppo = ppo_atari.make_agent(cfg, CARTPOLE, torch.device("cpu"))
-    ppo.model.load_state_dict(collecting.model.state_dict())
+        agent = recipe.make_agent(cfg, CARTPOLE, torch.device("cpu"))
+    agent.model.load_state_dict(collecting.model.state_dict())
     batch = batch.apply(lambda x: x.double() if x.is_floating_point() else x)
     nxt = batch["next"]
     nxt["life_lost"][1, 5] = True
@@ -330,13 +404,28 @@ def test_a_recurrent_ppo_update_matches_the_plain_lstm_loop_on_the_same_batch():
     for key in STATE_KEYS:
         batch[key][2, 8] = 0
     nxt["observation"][2, 7] = nxt["observation"][2, 7].flip(-1)
-
-    ours = list(ppo.model.parameters())
     plain = LSTMActorCritic(4, 2, lstm_hidden=16).double()
-    assert [p.shape for p in ours] == [p.shape for p in plain.parameters()]
+    assert [p.shape for p in agent.model.parameters()] == [p.shape for p in plain.parameters()]
     with torch.no_grad():
-        for mine, theirs in zip(ours, plain.parameters(), strict=True):
+        for mine, theirs in zip(agent.model.parameters(), plain.parameters(), strict=True):
             theirs.copy_(mine)
+    return agent, batch, plain
+
+
+def assert_same_weights(agent, plain):
+    for mine, theirs in zip(agent.model.parameters(), plain.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs, **plain_parity.TOL)
+
+
+@pytest.mark.numerics
+def test_a_recurrent_ppo_update_matches_the_plain_lstm_loop_on_the_same_batch():
+    """By construction, in float64: the recipe's recurrent PPO phase (two epochs of two
+    minibatches of two simulators' whole sequences, from a carried batch-start state, with
+    episodes that end mid-batch, a lost life and a truncation) and reference.recurrent's
+    ``ppo_sequence_phase`` from the same weights give the same weights and metrics."""
+    cfg = recurrent_config()
+    cfg.ppo.epochs, cfg.ppo.minibatches, cfg.ppo.lr = 2, 2, 1e-2
+    ppo, batch, plain = parity_setup(ppo_atari, cfg)
     p = cfg.ppo
     view, state = plain_view(batch, plain, p)
     opt = torch.optim.Adam(plain.parameters(), lr=p.lr * 0.2, eps=p.adam_eps)
@@ -347,5 +436,49 @@ def test_a_recurrent_ppo_update_matches_the_plain_lstm_loop_on_the_same_batch():
     metrics = ppo.update(batch, progress=0.8)
     assert metrics["train/clip_fraction"] == pytest.approx(clipped, abs=1e-9)
     assert metrics["train/grad_norm"] == pytest.approx(grad_norm, rel=plain_parity.TOL["rtol"])
-    for mine, theirs in zip(ours, plain.parameters(), strict=True):
-        torch.testing.assert_close(mine, theirs, **plain_parity.TOL)
+    assert_same_weights(ppo, plain)
+
+
+@pytest.mark.numerics
+def test_a_recurrent_a2c_update_matches_the_plain_lstm_loop_on_the_same_batch():
+    """By construction, in float64: the recipe's recurrent A2C step (all four simulators' whole
+    sequences at once, n-step returns, from a carried batch-start state, with episodes that end
+    mid-batch, a lost life and a truncation) and reference.recurrent's ``a2c_sequence_loss``
+    with one clipped Adam step from the same weights give the same weights and grad norm."""
+    cfg = recurrent_config(a2c_atari)
+    cfg.a2c.lr = 1e-2
+    a2c, batch, plain = parity_setup(a2c_atari, cfg)
+    # The values the batch holds in float64: the plain loss's advantage is returns minus the
+    # values of its own forward pass, as the recipe's is returns minus the collected values.
+    batch["state_value"] = recompute(a2c, batch)[1]["state_value"]
+    a = cfg.a2c
+    (obs, starts, actions, _, _, returns, _), state = plain_view(batch, plain, a)
+    loss = a2c_sequence_loss(plain, (obs, starts, actions, returns), state, a)
+    grad_norm = clipped_step(torch.optim.Adam(plain.parameters(), lr=a.lr * 0.5, eps=a.eps),
+                             loss, plain.parameters(), a.max_grad_norm)  # fmt: skip
+    metrics = a2c.update(batch, progress=0.5)
+    assert metrics["train/grad_norm"] == pytest.approx(
+        float(grad_norm), rel=plain_parity.TOL["rtol"]
+    )
+    assert_same_weights(a2c, plain)
+
+
+def test_hidden_velocities_read_as_zeros_after_resets_and_at_episode_ends():
+    from accelrl.envs import make_env
+
+    env = make_env(EnvConfig(game="CartPole-v1", num_envs=2, hide_velocities=True), seed=0)
+    try:
+        batch = env.rollout(60, break_when_any_done=False)
+    finally:
+        env.close()
+    assert batch["next", "done"].any(), "need an episode end (its final observation)"
+    for obs in (batch["observation"], batch["next", "observation"]):
+        assert not obs[..., [1, 3]].any() and obs[..., [0, 2]].abs().sum(-1).gt(0).all()
+
+
+@pytest.mark.parametrize("game", ["Acrobot-v1", "Pong", "MinAtar/Breakout"])
+def test_hide_velocities_is_refused_outside_cartpole(game):
+    cfg = recurrent_config()
+    cfg.env.game, cfg.env.hide_velocities = game, True
+    with pytest.raises(ConfigError, match="hide-velocities=True: is for CartPole"):
+        ppo_atari.validate(cfg)

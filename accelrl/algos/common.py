@@ -14,7 +14,13 @@ from torchrl.objectives.value import GAE
 from accelrl import distributed
 from accelrl.distributed import average_gradients
 from accelrl.errors import RunFailure
-from accelrl.models import GreedyActorCritic, acting_policy, recurrent_core, zero_state
+from accelrl.models import (
+    GreedyActorCritic,
+    RecurrentGreedyActorCritic,
+    acting_policy,
+    recurrent_core,
+    zero_state,
+)
 from accelrl.precision import FP32, FP32_PLAN, Plan, Precision
 
 
@@ -309,15 +315,14 @@ class ActorCriticLearner:
     def export_module(self) -> torch.nn.Module:
         """The greedy actor as a plain module: the trunk's and the policy head's networks
         without TensorDicts (the first module of each ``TensorDictSequential``, by its public
-        indexing); observation in, ``argmax`` of the logits out. A recurrent actor-critic has
-        no export yet (its state would be an input and an output)."""
-        if self.core is not None:
-            raise NotImplementedError(
-                "export of a recurrent (--model.recurrent lstm) agent is not implemented yet: "
-                "its state would be an input and an output of the exported module"
-            )
+        indexing); observation in, ``argmax`` of the logits out. A recurrent actor-critic's
+        also takes and returns its state: ``(obs, h, c) -> (action, h, c)``
+        (``RecurrentGreedyActorCritic``; the caller zeros the state at an episode's start)."""
         trunk = self.model.get_policy_operator()[0].module
         head = self.model.get_policy_head()[0].module
+        if self.core is not None:
+            # The common module is TensorDictSequential(trunk, LSTMModule).
+            return RecurrentGreedyActorCritic(trunk[0].module, self.core.lstm, head).eval()
         return GreedyActorCritic(trunk, head).eval()
 
     def networks(self) -> list[torch.nn.Module]:

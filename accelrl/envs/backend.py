@@ -174,6 +174,12 @@ def refuse_fire_on_life_loss(cfg: EnvConfig, prefix: str = "env") -> None:
         )
 
 
+def refuse_hide_velocities(cfg: EnvConfig, prefix: str = "env") -> None:
+    """For backends other than the classic one: ``--env.hide-velocities`` is CartPole's."""
+    if cfg.hide_velocities:
+        raise ConfigError(f"{prefix}.hide_velocities", True, f"is for CartPole, not {cfg.game}")
+
+
 def leave_ctrl_c_to_the_learner() -> None:
     """Called in a simulator worker process (collector or ``ParallelEnv`` worker): ignore SIGINT.
     A terminal's Ctrl-C reaches the whole process group; the learner stops after the batch with

@@ -14,7 +14,12 @@ from torchrl.data import Unbounded
 from torchrl.envs import EnvBase
 
 from accelrl.config import EnvConfig
-from accelrl.envs.backend import EnvBackend, refuse_fire_on_life_loss, register
+from accelrl.envs.backend import (
+    EnvBackend,
+    refuse_fire_on_life_loss,
+    refuse_hide_velocities,
+    register,
+)
 from accelrl.envs.vector import SameStepVectorEnv
 
 
@@ -23,8 +28,11 @@ class GymVectorEnv(SameStepVectorEnv):
 
     obs_key = "observation"
 
-    def __init__(self, env_id: str, num_envs: int, *, seed: int = 0) -> None:
+    def __init__(
+        self, env_id: str, num_envs: int, *, seed: int = 0, hidden: tuple[int, ...] = ()
+    ) -> None:
         self.env_name = env_id
+        self._hidden = list(hidden)  # observation indices written as zeros
         self._vec = gym.make_vec(
             env_id,
             num_envs=num_envs,
@@ -50,14 +58,19 @@ class GymVectorEnv(SameStepVectorEnv):
         )
         self._ids = np.arange(num_envs)
 
+    def _observe(self, obs: np.ndarray) -> np.ndarray:
+        out = obs.astype(np.float32)  # a copy: gymnasium reuses its buffers
+        out[..., self._hidden] = 0.0
+        return out
+
     def _raw_reset(self, seeds):
         obs, _ = self._vec.reset(seed=[int(s) for s in seeds])
-        return obs.astype(np.float32, copy=False), self._ids, None
+        return self._observe(obs), self._ids, None
 
     def _raw_step(self, actions):
         obs, reward, terminated, truncated, info = self._vec.step(actions)
         return (
-            obs.astype(np.float32, copy=False),
+            self._observe(obs),
             reward,
             terminated,
             truncated,
@@ -68,15 +81,23 @@ class GymVectorEnv(SameStepVectorEnv):
 
     def _final_obs(self, obs, ended, info):
         out = obs.copy()
-        out[ended] = np.stack(list(info["final_obs"][ended])).astype(np.float32, copy=False)
+        out[ended] = self._observe(np.stack(list(info["final_obs"][ended])))
         return out
 
 
-def make_vector_obs_env(env_id: str, num_envs: int, *, seed: int) -> GymVectorEnv:
-    """A seeded ``GymVectorEnv``; raises ``ValueError`` for ids gymnasium does not know."""
+CARTPOLE_VELOCITIES = (1, 3)
+"""CartPole's observation indices of the cart's velocity and the pole's angular velocity."""
+
+
+def make_vector_obs_env(
+    env_id: str, num_envs: int, *, seed: int, hide_velocities: bool = False
+) -> GymVectorEnv:
+    """A seeded ``GymVectorEnv``; raises ``ValueError`` for ids gymnasium does not know.
+    ``hide_velocities``: CartPole's velocities read as zeros."""
     if env_id not in gym.registry:
         raise ValueError(f"unknown env {env_id!r}: not an Atari game and not a gymnasium id")
-    env = GymVectorEnv(env_id, num_envs, seed=seed)
+    hidden = CARTPOLE_VELOCITIES if hide_velocities else ()
+    env = GymVectorEnv(env_id, num_envs, seed=seed, hidden=hidden)
     env.set_seed(seed)
     return env
 
@@ -93,8 +114,12 @@ class ClassicBackend(EnvBackend):
 
     def check(self, cfg: EnvConfig, prefix: str = "env") -> None:
         refuse_fire_on_life_loss(cfg, prefix)
+        if not cfg.game.startswith("CartPole"):
+            refuse_hide_velocities(cfg, prefix)
 
     def make(
         self, cfg: EnvConfig, *, num_envs: int, seed: int, sim_threads: int, synchronous: bool
     ) -> EnvBase:
-        return make_vector_obs_env(cfg.game, num_envs, seed=seed)
+        return make_vector_obs_env(
+            cfg.game, num_envs, seed=seed, hide_velocities=cfg.hide_velocities
+        )

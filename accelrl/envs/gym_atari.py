@@ -33,7 +33,12 @@ from torchrl.envs import EnvBase, ParallelEnv
 
 from accelrl.checks import ConfigError, check_positive, check_probability
 from accelrl.config import EnvConfig
-from accelrl.envs.backend import EnvBackend, leave_ctrl_c_to_the_learner, register
+from accelrl.envs.backend import (
+    EnvBackend,
+    leave_ctrl_c_to_the_learner,
+    refuse_hide_velocities,
+    register,
+)
 from accelrl.envs.games import action_set, close_games, gym_id, rom_id
 
 ATARI_STICKY_ACTIONS = 0.25
@@ -282,6 +287,7 @@ class AtariBackend(EnvBackend):
         return close_games(game)
 
     def check(self, cfg: EnvConfig, prefix: str = "env") -> None:
+        refuse_hide_velocities(cfg, prefix)
         if not 0 <= cfg.async_batch_size < cfg.num_envs and cfg.async_batch_size != 0:
             raise ConfigError(
                 f"{prefix}.async_batch_size",

@@ -29,7 +29,13 @@ from torchrl.envs import EnvBase
 
 from accelrl.checks import ConfigError, check_positive, check_probability
 from accelrl.config import EnvConfig
-from accelrl.envs.backend import EnvBackend, MissingExtra, refuse_fire_on_life_loss, register
+from accelrl.envs.backend import (
+    EnvBackend,
+    MissingExtra,
+    refuse_fire_on_life_loss,
+    refuse_hide_velocities,
+    register,
+)
 from accelrl.envs.vector import SameStepVectorEnv
 
 GAMES = {
@@ -198,6 +204,7 @@ class MinAtarBackend(EnvBackend):
                 f"{prefix}.async_batch_size", cfg.async_batch_size, "needs backend ale_vec"
             )
         refuse_fire_on_life_loss(cfg, prefix)
+        refuse_hide_velocities(cfg, prefix)
 
     def make(
         self, cfg: EnvConfig, *, num_envs: int, seed: int, sim_threads: int, synchronous: bool
