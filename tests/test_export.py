@@ -82,8 +82,8 @@ def test_exported_model_acts_like_the_policy(run, tmp_path, suffix):
     if suffix == ".pt2":
         actions = torch.export.load(out).module()(obs)
     else:
-        session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
-        (actions,) = session.run(None, {session.get_inputs()[0].name: obs.numpy()})
+        onnx_model = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+        (actions,) = onnx_model.run(None, {onnx_model.get_inputs()[0].name: obs.numpy()})
         actions = torch.from_numpy(actions)
     assert actions.dtype == torch.int64 and actions.shape == (64,)
     assert torch.equal(actions, expected)

@@ -237,9 +237,9 @@ def exported_actions(step, obs, starts, h, c, reset=True):
 
 def onnx_step(path):
     ort = pytest.importorskip("onnxruntime")
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    assert [i.name for i in session.get_inputs()] == ["obs", "h", "c"]
-    assert [o.name for o in session.get_outputs()] == ["action", "h_next", "c_next"]
+    onnx_model = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert [i.name for i in onnx_model.get_inputs()] == ["obs", "h", "c"]
+    assert [o.name for o in onnx_model.get_outputs()] == ["action", "h_next", "c_next"]
 
     def step(obs, h, c):
         feed = {
@@ -247,7 +247,7 @@ def onnx_step(path):
             "h": torch.as_tensor(h).numpy(),
             "c": torch.as_tensor(c).numpy(),
         }
-        return tuple(torch.from_numpy(x) for x in session.run(None, feed))
+        return tuple(torch.from_numpy(x) for x in onnx_model.run(None, feed))
 
     return step
 
