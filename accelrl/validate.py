@@ -133,24 +133,16 @@ def validate_compile(cfg: Any) -> None:
 
 
 def validate_recurrent(cfg: Any, minibatches: int = 1) -> None:
-    """``--model.recurrent lstm`` runs where its state is carried: in-process collection by
-    TorchRL's ``Collector`` (sync, no workers), every simulator in its own row (no ale-py async
-    mode), eager loss, and ``minibatches`` dividing the simulators (minibatches hold whole
-    sequences of whole simulators)."""
+    """``--model.recurrent lstm`` runs where its state is carried: every collector kind, in
+    process or in worker processes (the simulators carry it, ``accelrl.envs.with_state``), but
+    every simulator in its own row (no ale-py async mode), eager loss, and ``minibatches``
+    dividing the simulators (minibatches hold whole sequences of whole simulators)."""
     m = cfg.model
     if m.recurrent not in ("none", "lstm"):
         raise ConfigError("model.recurrent", m.recurrent, "must be none or lstm")
     if m.recurrent == "none":
         return
     check_positive("model.lstm_hidden", m.lstm_hidden)
-    c = cfg.collector
-    if c.kind != "sync" or c.num_workers:
-        raise ConfigError(
-            "model.recurrent",
-            m.recurrent,
-            f"collects in process only for now (collector.kind sync, num_workers 0; got kind "
-            f"{c.kind}, num_workers {c.num_workers})",
-        )
     if cfg.env.async_batch_size:
         raise ConfigError(
             "model.recurrent",

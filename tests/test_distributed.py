@@ -22,11 +22,14 @@ def summaries(stdout: str) -> list[dict]:
     return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
 
 
-def test_two_ranks_train_on_identical_weights_and_count_all_frames(tmp_path):
+# Feed-forward, and an LSTM whose state each rank's simulators carry (docs/recurrent.md).
+@pytest.mark.parametrize("model", [[], ["--model.recurrent", "lstm", "--model.lstm-hidden", "16"]],
+                         ids=["feed-forward", "lstm"])  # fmt: skip
+def test_two_ranks_train_on_identical_weights_and_count_all_frames(tmp_path, model):
     torchrun = Path(sys.executable).with_name("torchrun")
     cmd = [
         str(torchrun), "--nproc-per-node", "2", "--master-port", str(free_port()),
-        str(REPO / "recipes" / "ppo_atari.py"), *CARTPOLE, "--total-frames", "2048",
+        str(REPO / "recipes" / "ppo_atari.py"), *CARTPOLE, *model, "--total-frames", "2048",
         "--dist.check-sync-every", "1", "--dist.lr-scaling", "linear",
         "--run-dir", str(tmp_path / "run"),
     ]  # fmt: skip

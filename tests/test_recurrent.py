@@ -3,6 +3,8 @@ carried from step to step and from batch to batch, recomputed for the updates fr
 sequence's stored first state, stepped by evaluation and play, and its PPO update is the plain
 LSTM loop's (reference.recurrent)."""
 
+import functools
+
 import pytest
 import torch
 from tensordict.nn import InteractionType, TensorDictModuleBase, set_interaction_type
@@ -37,25 +39,55 @@ def agent_for(recipe=ppo_atari, spec=CARTPOLE, lstm_hidden: int = 16):
     return recipe.make_agent(recurrent_config(recipe, lstm_hidden), spec, torch.device("cpu"))
 
 
-def batches(agent, count: int = 2, envs: int = 4, steps: int = 40, game: str = "CartPole-v1"):
-    """``count`` consecutive batches ``[envs, steps]`` of the in-process collector."""
+def batches(
+    agent,
+    count: int = 2,
+    envs: int = 4,
+    steps: int = 40,
+    game: str = "CartPole-v1",
+    kind: str = "sync",
+    workers: int = 0,
+):
+    """``count`` consecutive batches of a collector of ``kind`` (``[envs, T]``; sync with
+    ``workers``: ``[workers, envs, T]``; batched: ``[workers x envs, T]``)."""
+    per_batch = envs * steps * (workers if kind in ("sync", "batched") and workers else 1)
     collector = make_collector(
         EnvConfig(game=game, num_envs=envs),
-        CollectorConfig(steps_per_batch=envs * steps),
+        CollectorConfig(kind=kind, num_workers=workers, steps_per_batch=per_batch),
         agent.collect_policy,
         seed=0,
-        plan=plan_threads(ThreadsConfig(), 0),
+        plan=plan_threads(ThreadsConfig(), workers),
         learner_device="cpu",
         state=agent.initial_state(1),
     )
     out = []
     try:
         for batch in collector:
-            out.append(batch)
+            out.append(batch.reshape(-1, batch.shape[-1]))
             if len(out) == count:
                 return out
     finally:
         collector.shutdown()
+
+
+# Every way of collecting: in process, in worker processes (TorchRL's MultiSyncCollector and
+# MultiAsyncCollector; the batched inference server's simulators), and the alternating groups.
+KINDS = {
+    "in-process": ("sync", 0),
+    "sync-workers": ("sync", 2),
+    "async-workers": ("async", 2),
+    "alternating": ("alternating", 0),
+    "batched-workers": ("batched", 2),
+}
+
+
+@functools.cache
+def collected(kind: str):
+    """An agent and the batches (rows ``[simulators, T]``) it collected with ``kind``: two, or
+    four from the two asynchronous workers."""
+    agent = agent_for()
+    count = 4 if kind == "async-workers" else 2
+    return agent, batches(agent, count, kind=KINDS[kind][0], workers=KINDS[kind][1])
 
 
 def test_off_by_default_and_feed_forward_has_no_state():
@@ -72,9 +104,11 @@ def test_initial_state_is_zeros_of_the_state_keys():
         assert state[key].shape == (3, 1, 16) and not state[key].any()
 
 
-def test_the_state_starts_from_zeros_at_every_episode_start_and_only_there():
-    first, second = batches(agent_for())
-    for batch in (first, second):
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_state_starts_from_zeros_at_every_episode_start_and_only_there(kind):
+    _, out = collected(kind)
+    first = out[0]
+    for batch in out:
         starts = batch["is_init"].squeeze(-1)
         done = batch["next", "done"].squeeze(-1)
         assert done[:, :-1].any(), "need episodes that end (and auto-reset) mid-batch"
@@ -90,11 +124,36 @@ def test_the_state_starts_from_zeros_at_every_episode_start_and_only_there():
     assert first["is_init"][:, 0].all(), "the first batch starts every episode"
 
 
-def test_the_state_carries_from_one_batch_to_the_next():
-    first, second = batches(agent_for())
-    assert not second["is_init"][:, 0].any()
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "async-workers"])
+def test_the_state_carries_from_one_batch_to_the_next(kind):
+    _, (first, second) = collected(kind)
+    start = second["is_init"][:, 0].squeeze(-1)
+    # A new episode starts a batch only where the last one ended on its final step.
+    assert torch.equal(start, first["next", "done"][:, -1].squeeze(-1))
+    assert (~start).any()
     for key in STATE_KEYS:
-        assert torch.equal(second[key][:, 0], first["next", key][:, -1])
+        assert torch.equal(second[key][:, 0][~start], first["next", key][:, -1][~start])
+        assert not second[key][:, 0][start].any()
+
+
+def test_each_async_worker_carries_its_own_state_from_batch_to_batch():
+    """Asynchronous batches come from whichever worker is ready: each worker's first batch
+    starts every episode, and every later batch goes on from the state some earlier batch (its
+    worker's last) ended with, never from another's."""
+    _, out = collected("async-workers")
+    fresh = [b for b in out if b["is_init"][:, 0].all()]
+    assert len(fresh) == 2, "one first batch per worker"
+    for i, batch in enumerate(out):
+        start = batch["is_init"][:, 0].squeeze(-1)
+        if start.all():
+            continue
+        key = STATE_KEYS[0]
+        ends = [b for b in out[:i] if torch.equal(batch[key][:, 0][~start],
+                                                  b["next", key][:, -1][~start])]  # fmt: skip
+        assert len(ends) == 1, f"batch {i} goes on from no earlier batch's end state"
+        assert torch.equal(start, ends[0]["next", "done"][:, -1].squeeze(-1))
+        for key in STATE_KEYS:
+            assert torch.equal(batch[key][:, 0][~start], ends[0]["next", key][:, -1][~start])
 
 
 def test_a_lost_life_does_not_restart_the_state():
@@ -115,10 +174,11 @@ def recompute(agent, batch):
     return dist.log_prob(batch["action"]), out
 
 
-def test_sequences_recomputed_from_the_stored_first_state_reproduce_collection():
-    agent = agent_for()
-    _, batch = batches(agent)
-    assert batch["recurrent_state_h"][:, 0].any(), "the batch should start from a carried state"
+@pytest.mark.parametrize("kind", KINDS)
+def test_sequences_recomputed_from_the_stored_first_state_reproduce_collection(kind):
+    agent, out = collected(kind)
+    # A batch that starts from a carried state (an async worker's first batch does not).
+    batch = next(b for b in out[1:] if b["recurrent_state_h"][:, 0].any())
     log_prob, out = recompute(agent, batch)
     torch.testing.assert_close(out["state_value"], batch["state_value"], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(log_prob, batch["action_log_prob"], rtol=1e-5, atol=1e-6)
@@ -300,8 +360,6 @@ def test_checkpoints_keep_their_form_and_restore_the_weights():
 @pytest.mark.parametrize(
     "change",
     [
-        lambda c: setattr(c.collector, "num_workers", 1),
-        lambda c: setattr(c.collector, "kind", "alternating"),
         lambda c: setattr(c.env, "async_batch_size", 2),
         lambda c: setattr(c.compile, "loss", True),
         lambda c: setattr(c.ppo, "minibatches", 3),
@@ -323,13 +381,22 @@ def test_dqn_refuses_a_recurrent_model():
         dqn_atari.validate(cfg)
 
 
-@pytest.mark.parametrize("recipe,algo", [(ppo_atari, "ppo"), (a2c_atari, "a2c")])
-def test_the_recipes_train_and_evaluate_a_recurrent_agent(tmp_path, recipe, algo):
+@pytest.mark.parametrize(
+    "recipe,algo,kind",
+    [
+        (ppo_atari, "ppo", "sync"),
+        (a2c_atari, "a2c", "sync"),
+        (appo_atari, "appo", "async"),  # APPO's own default: two worker processes
+        (ppo_atari, "ppo", "alternating"),
+    ],
+)
+def test_the_recipes_train_and_evaluate_a_recurrent_agent(tmp_path, recipe, algo, kind):
     cfg = cartpole_recipe_config(recipe.Config, algo, tmp_path / "run", eval_episodes=2)
     cfg.model.recurrent, cfg.model.lstm_hidden = "lstm", 16
     cfg.env.num_envs, cfg.collector.steps_per_batch, cfg.total_frames = 4, 128, 256
-    if algo == "ppo":
-        cfg.ppo.minibatches = 2
+    cfg.collector.kind, cfg.collector.num_workers = kind, 2 if kind == "async" else 0
+    if algo in ("ppo", "appo"):
+        getattr(cfg, algo).minibatches = 2
     summary = recipe.train(cfg)
     assert summary["updates"] == 2 and summary["eval/greedy_return"] > 0
     from accelrl.export import ExportConfig, export
@@ -337,11 +404,6 @@ def test_the_recipes_train_and_evaluate_a_recurrent_agent(tmp_path, recipe, algo
     step = torch.export.load(export(ExportConfig(cfg.run_dir, str(tmp_path / "p.pt2")))).module()
     action, h, c = step(torch.zeros(3, 4), torch.zeros(3, 1, 16), torch.zeros(3, 1, 16))
     assert action.shape == (3,) and h.shape == c.shape == (3, 1, 16)
-
-
-def test_appo_builds_a_recurrent_agent_for_in_process_collection():
-    agent = agent_for(appo_atari)
-    assert agent.core is not None and agent.initial_state(2) is not None
 
 
 def plain_view(batch, plain, p):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -155,12 +155,18 @@ def _alternating(
     half = sims.env_cfg.num_envs // 2
     group_threads = max(1, sims.plan.sim_threads // 2)
 
+    plain = replace(sims, state=None)  # the collector carries the state itself
+
     def make_group(g: int) -> EnvBase:
-        group = sims.factory(g * half, in_worker=False, num_envs=half, sim_threads=group_threads)
+        group = plain.factory(g * half, in_worker=False, num_envs=half, sim_threads=group_threads)
         return group()
 
     return AlternatingCollector(
-        make_group, policy, steps_per_batch=collector_cfg.steps_per_batch, **devices
+        make_group,
+        policy,
+        steps_per_batch=collector_cfg.steps_per_batch,
+        state=sims.state,
+        **devices,
     )
 
 
