@@ -58,7 +58,7 @@ What still differs (the work per batch and the settings named above are equal):
   inference (``accelrl.collectors.UpdateThreads``); SB3 and CleanRL keep torch's default;
   Sample Factory sets one torch thread in its learner, inference and rollout processes.
 - Frame storage: the recipe, SB3 and Sample Factory keep uint8 frames in the batch; CleanRL
-  converts every step's frames to float32 tensors (a 115 MB batch buffer).
+  converts every step's frames to float32 tensors (about 116 MB per batch).
 - Observations: 84 x 84 grey, 4 stacked, in all; Sample Factory resizes the RGB frame before
   turning it grey (gymnasium's ``ResizeObservation`` then ``GrayScaleObservation``) and
   normalises inputs with a running mean and std (``normalize_input``, on in its Atari
