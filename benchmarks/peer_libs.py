@@ -342,13 +342,19 @@ def sf_args(game: str, frames: int, seed: int, cuda: bool, tmp: str) -> list[str
 
 def read_marks(stderr: str, kind: str = MARK) -> list[tuple[float, ...]]:
     """The wrapper's ``kind`` lines as numbers: MARK (agent steps, perf_counter) and EPISODE
-    (agent steps, game score, perf_counter). A mark may follow a progress bar's text on the
-    same line (tqdm redraws with a carriage return and no newline)."""
+    (agent steps, game score, perf_counter). A mark may follow other text on the same line
+    (tqdm redraws with a carriage return and no newline)."""
+    width = 2 if kind == MARK else 3
     marks = []
     for line in stderr.splitlines():
         if kind in line:
-            fields = line[line.index(kind) + len(kind) :].split()
-            marks.append(tuple(float(f) for f in fields))
+            fields = line[line.index(kind) + len(kind) :].split()[:width]
+            try:
+                mark = tuple(float(f) for f in fields)
+            except ValueError:
+                continue  # not a whole mark (the wrappers write each in one piece)
+            if len(mark) == width:
+                marks.append(mark)
     return marks
 
 

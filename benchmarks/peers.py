@@ -56,7 +56,8 @@ What still differs (the work per batch and the settings named above are equal):
   TorchRL steps 8 ``ParallelEnv`` processes and preprocesses RGB frames in the parent.
 - Threads: the recipe measures 1 against all cores for its updates and its in-process
   inference (``accelrl.collectors.UpdateThreads``); SB3 and CleanRL keep torch's default;
-  Sample Factory sets one torch thread in its learner, inference and rollout processes.
+  Sample Factory sets one torch thread in its learner, inference and rollout processes, and
+  their niceness (0, 2 and 10 from its ``default_niceness``), whatever the benchmark runs at.
 - Frame storage: the recipe, SB3 and Sample Factory keep uint8 frames in the batch; CleanRL
   converts every step's frames to float32 tensors (about 116 MB per batch).
 - Observations: 84 x 84 grey, 4 stacked, in all; Sample Factory resizes the RGB frame before
@@ -110,7 +111,7 @@ sys.path.insert(0, os.path.dirname(script))
 update = tqdm.tqdm.update
 def noted(self, n=1):
     out = update(self, n)
-    print("{MARK}", self.n, time.perf_counter(), file=sys.stderr, flush=True)
+    os.write(2, f"{MARK} {{self.n}} {{time.perf_counter()}}\\n".encode())
     return out
 tqdm.tqdm.update = noted
 runpy.run_path(script, run_name="__main__")

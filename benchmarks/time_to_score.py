@@ -249,7 +249,7 @@ def peer_main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict
     t_first = reached_at = reached_frames = None
     curve_path = os.path.join(args.out, "curve.csv")
     with (
-        open(os.path.join(args.out, "peer.log"), "w") as log,
+        open(os.path.join(args.out, "peer.log"), "w", buffering=1) as log,
         open(os.path.join(args.out, "peer_stdout.log"), "w") as out_log,
         open(curve_path, "w", newline="") as curve_file,
     ):
@@ -266,45 +266,47 @@ def peer_main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict
                 lines.put(line)
             lines.put(None)
 
-        threading.Thread(target=pump, daemon=True).start()
-        last_print, ended = 0.0, False
-        while not ended and reached_at is None:
-            try:
-                line = lines.get(timeout=1.0)
-            except queue.Empty:
-                line = ""
-            if line is None:
-                ended = True
-            elif line:
-                log.write(line)
-                if peer_libs.MARK in line:
-                    steps, t = peer_libs.read_marks(line)[0]
-                    frames = int(steps) * peer_libs.FRAMESKIP
-                    t_first = t if t_first is None else t_first
-                elif peer_libs.EPISODE in line:
-                    steps, score, t = peer_libs.read_marks(line, peer_libs.EPISODE)[0]
-                    curve.writerow([f"{t - t_launch:.3f}", int(steps) * peer_libs.FRAMESKIP, score])
-                    curve_file.flush()
-                    n += 1
-                    last.append(score)
-                    if len(last) == args.window:
-                        mean = sum(last) / len(last)
-                        best = mean if best is None else max(best, mean)
-                        if mean >= args.target:
-                            reached_at, reached_frames = t, int(steps) * peer_libs.FRAMESKIP
-            now = time.perf_counter()
-            if now - last_print >= 15:
-                last_print = now
-                m = "-" if mean is None else f"{mean:.1f}"
-                print(
-                    f"  {now - t_launch:5.0f} s: {n} games, mean of last {args.window} {m}, "
-                    f"frames {frames:,}",
-                    flush=True,
-                )
-            if now - t_launch >= args.budget_s:
-                break
+        try:  # the peer and its worker processes stop whatever happens here
+            threading.Thread(target=pump, daemon=True).start()
+            last_print, ended = 0.0, False
+            while not ended and reached_at is None:
+                try:
+                    line = lines.get(timeout=1.0)
+                except queue.Empty:
+                    line = ""
+                if line is None:
+                    ended = True
+                elif line:
+                    log.write(line)
+                    for steps, t in peer_libs.read_marks(line):
+                        frames = int(steps) * peer_libs.FRAMESKIP
+                        t_first = t if t_first is None else t_first
+                    for steps, score, t in peer_libs.read_marks(line, peer_libs.EPISODE):
+                        curve.writerow(
+                            [f"{t - t_launch:.3f}", int(steps) * peer_libs.FRAMESKIP, score]
+                        )
+                        curve_file.flush()
+                        n += 1
+                        last.append(score)
+                        if len(last) == args.window:
+                            mean = sum(last) / len(last)
+                            best = mean if best is None else max(best, mean)
+                            if mean >= args.target:
+                                reached_at, reached_frames = t, int(steps) * peer_libs.FRAMESKIP
+                now = time.perf_counter()
+                if now - last_print >= 15:
+                    last_print = now
+                    m = "-" if mean is None else f"{mean:.1f}"
+                    print(
+                        f"  {now - t_launch:5.0f} s: {n} games, mean of last {args.window} {m}, "
+                        f"frames {frames:,}",
+                        flush=True,
+                    )
+                if now - t_launch >= args.budget_s:
+                    break
+        finally:
+            stop_group(proc)
         ended_by = "target" if reached_at else ("peer exited" if ended else "time budget")
-        stop_group(proc)
     shutil.rmtree(work_dir, ignore_errors=True)
     result = {
         "peer": args.peer,

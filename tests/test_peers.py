@@ -107,6 +107,9 @@ def test_marks_and_games_are_read_from_the_wrappers_lines():
     assert peer_libs.read_marks(stderr, EPISODE) == [(1500, 7.0, 101.5)]
     # a peer that ran past the batches asked for: the first ones are timed
     assert peer_libs.steady_rate(marks[:4], warmup=2) == 2048 * 4 / 5.0
+    # a line another process split (print writes in pieces; the wrappers write whole lines)
+    split = f"{MARK}\x1b[37m[2026-12-03 18:37:05] Updated weights\n{MARK} 9\n{MARK} 1 2 3\n"
+    assert peer_libs.read_marks(split) == [(1.0, 2.0)]
 
 
 def test_missing_venv_or_script_names_the_setup_command(tmp_path, capsys):

@@ -7,6 +7,7 @@ wrapped before it starts.
     python cleanrl_script.py PATH/ppo_atari_envpool.py SCRIPT_ARGS...
 """
 
+import os
 import runpy
 import sys
 import time
@@ -18,7 +19,10 @@ EPISODE = "accelrl-peers-episode"  # agent steps so far, game score, perf_counte
 
 
 def note(*fields: object) -> None:
-    print(*fields, time.perf_counter(), file=sys.stderr, flush=True)
+    # One write of the whole line: the peer's other processes share this stderr pipe, and
+    # print() writes a line in pieces that their output could split.
+    line = " ".join(str(f) for f in (*fields, time.perf_counter()))
+    os.write(2, f"{line}\n".encode())
 
 
 add_scalar = SummaryWriter.add_scalar

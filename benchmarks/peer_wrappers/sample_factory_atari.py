@@ -10,6 +10,7 @@ process runs again (Sample Factory starts them with ``spawn``, which re-imports 
     python sample_factory_atari.py SF_ARGS...
 """
 
+import os
 import sys
 import time
 
@@ -25,7 +26,10 @@ EPISODE = "accelrl-peers-episode"  # agent steps so far, game score, perf_counte
 
 
 def note(*fields: object) -> None:
-    print(*fields, time.perf_counter(), file=sys.stderr, flush=True)
+    # One write of the whole line: the peer's other processes share this stderr pipe, and
+    # print() writes a line in pieces that their output could split.
+    line = " ".join(str(f) for f in (*fields, time.perf_counter()))
+    os.write(2, f"{line}\n".encode())
 
 
 class BatchMarks(AlgoObserver):
