@@ -198,14 +198,15 @@ def setup_main(argv: list[str]) -> list[dict]:
     parser.add_argument("--python", default=sys.executable, help="interpreter for the venvs")
     opts = parser.parse_args(argv)
     if "cleanrl" in opts.peers:  # refused before any venv is made
-        try:
-            peer_libs.cleanrl_source(opts.cleanrl_script or Path("<missing>"))
-        except PeerError:
+        if opts.cleanrl_script is None:
             parser.error(
-                f"--cleanrl-script {opts.cleanrl_script}: setup cleanrl needs CleanRL's "
-                "ppo_atari_envpool.py or a checkout of github.com/vwxyzjn/cleanrl (its PyPI "
-                "release needs Python < 3.11)"
+                "setup cleanrl needs --cleanrl-script PATH: CleanRL's ppo_atari_envpool.py or a "
+                "checkout of github.com/vwxyzjn/cleanrl (its PyPI release needs Python < 3.11)"
             )
+        try:
+            peer_libs.cleanrl_source(opts.cleanrl_script)
+        except PeerError as err:
+            parser.error(str(err))
     records = []
     for name in opts.peers:
         print(f"setup {name}: {opts.cache / name / 'venv'}", flush=True)

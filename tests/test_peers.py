@@ -137,7 +137,14 @@ def test_missing_venv_or_script_names_the_setup_command(tmp_path, capsys):
         (["--cache", str(tmp_path / "empty")], "no peer is set up"),
         (["--peers", "torchrl"], "--torchrl-sota None: no ppo_atari.py"),
         (["--peers", "sf", "--sf-workers", "3", "--cache", str(tmp_path)], "--sf-workers 3"),
-        (["setup", "sb3", "cleanrl", "--cache", str(tmp_path / "c")], "--cleanrl-script None"),
+        (
+            ["setup", "sb3", "cleanrl", "--cache", str(tmp_path / "c")],
+            "needs --cleanrl-script PATH",
+        ),
+        (
+            ["setup", "cleanrl", "--cache", str(tmp_path / "c"), "--cleanrl-script", str(tmp_path)],
+            "no ppo_atari_envpool.py there",
+        ),
     ]:
         with pytest.raises(SystemExit):
             peers.main(argv)
