@@ -1,30 +1,84 @@
-"""Against TorchRL's own PPO Atari example: steady-state frames/s of TorchRL's
-``sota-implementations/ppo/ppo_atari.py`` next to ``recipes/ppo_atari.py`` doing the same work
+"""Against the libraries people use: steady-state frames/s of Stable-Baselines3, CleanRL, Sample
+Factory and TorchRL's own PPO Atari example next to ``recipes/ppo_atari.py`` doing the same work
 per batch, in alternating rounds on the same machine.
 
-TorchRL's script is not part of the torchrl package: point ``--torchrl-sota`` at the
-``sota-implementations/ppo`` folder of a TorchRL checkout whose version matches the installed
-torchrl (it needs ``hydra-core`` and ``torchvision`` too). It runs as shipped, from its folder,
-with hydra overrides that give it the recipe's work per batch: the recipe's simulators and batch
-(8 x 128 agent steps = 4096 frames), its minibatch size and number of epochs (TorchRL's default
-is 3, the recipe's 4); no logger, one evaluation episode at the first batch (TorchRL evaluates
-at batch 0 whatever the interval; the warm-up leaves it out). What stays TorchRL's is the point
-of the comparison: its env pipeline (``GymEnv`` with RGB frames resized by torchvision, a
-``ParallelEnv``, ``VecNorm``), its advantage pass every epoch, its collector and update.
+    python -m benchmarks.peers setup sb3 cleanrl sf [--cache ~/.cache/accelrl-peers]
+        --cleanrl-script PATH [--torch SPEC] [--pip-arg ARG ...]
+    python -m benchmarks.peers [--peers sb3,cleanrl,sf,torchrl] [--cache DIR]
+        [--torchrl-sota PATH] [--game Pong] [--batches 12] [--warmup 2] [--rounds 2]
+        [--sf-workers N] [--json out.json]
 
-Timing: the script is started through a small wrapper that notes ``time.perf_counter()`` at each
-of its progress-bar updates (one per collected batch; nothing in the script changes), so both
-sides are timed from the end of batch ``warmup`` to the end of the last batch. The recipe's
-first thread probe is left out as in ``benchmarks.learner_speed``. Ratios are recipe / TorchRL
-per round; the median of the paired ratios is the figure.
+Setup. Each library gets a venv of its own under the cache folder, with the pinned versions of
+``benchmarks.peer_libs.PEERS`` and torch 2.13.0 (``--torch`` and ``--pip-arg`` choose another
+build or index; pip's own configuration decides where the wheel comes from); nothing of theirs
+is kept in this repository:
 
-    python -m benchmarks.peers --torchrl-sota ~/rl/sota-implementations/ppo [--game Pong]
-        [--batches 12] [--warmup 2] [--rounds 2] [--json out.json]
+- ``sb3``: stable-baselines3 2.9.2 and rl-zoo3 2.9.2 (RL Baselines3 Zoo: SB3's training script
+  and its Atari PPO hyperparameters), with the project's gymnasium 1.4.0 and ale-py 0.12.1.
+- ``cleanrl``: envpool 0.8.4 (the oldest envpool wheel for Python 3.11) and gym 0.23.1. CleanRL
+  is not packaged for Python 3.11 (its 1.2.0 on PyPI needs < 3.11), so ``--cleanrl-script``
+  takes ``ppo_atari_envpool.py`` or a checkout of github.com/vwxyzjn/cleanrl and copies the
+  file into the cache, recording its source and sha256.
+- ``sf``: sample-factory 2.1.1 with gymnasium 0.29.1 and ale-py 0.9.1 (it needs gymnasium < 1).
+- ``torchrl``: TorchRL's ``sota-implementations/ppo/ppo_atari.py`` is not packaged either:
+  ``--torchrl-sota`` points at that folder of a TorchRL checkout matching the installed torchrl
+  (it runs in the project's venv and needs ``hydra-core`` and ``torchvision`` there).
 
-CleanRL and rlpyt are not run here: CleanRL's newest release on PyPI (1.2.0) needs Python < 3.11
-with ale-py 0.7.4 or envpool < 0.7 (no wheels for Python 3.11, and envpool 1.x dropped the gym
-API its script uses); rlpyt is not packaged. The plain loops of ``reference/atari*.py`` are the
-single-file reference in every other row.
+The work per batch. Each peer runs as shipped with only the overrides that give it the recipe's
+batch (``peer_libs.speed_args``, ``torchrl_overrides``): 8 simulators x 128 steps = 1,024 agent
+steps (4,096 frames), 4 epochs of 4 minibatches of 256, the Nature CNN shared by the policy and
+value heads. SB3's zoo, CleanRL's script and Sample Factory's Atari example already default to
+that batch; the overrides restate it from the recipe's ``Config``, so that a change there
+follows. Sample Factory: ``--sf-workers N`` rollout processes of 8 / N simulators each (default:
+the most that divide 8 and fit the cores, 2 x 4 on 2 cores; its shipped layout is 8 x 1,
+``--sf-workers 8``), ``rollout`` 128, ``batch_size`` 256 x ``num_batches_per_epoch`` 4 = 1,024
+steps per training iteration, 4 epochs: the same learner batch whatever the layout. TorchRL:
+hydra overrides for the batch, the minibatch size and 4 epochs (its default is 3), no logger,
+one evaluation episode at the first batch (left out by the warm-up). The recipe runs with
+``--env.sticky-actions 0``, as every peer's env does.
+
+Timing. Each peer starts through a wrapper that notes ``time.perf_counter()`` at the end of
+each batch's update without editing the peer (``peer_wrappers/``: SB3's ``PPO.train`` wrapped,
+CleanRL's ``charts/SPS`` scalar, Sample Factory's ``AlgoObserver.on_training_step``, TorchRL's
+progress bar), so every side is timed from the end of batch ``warmup`` to the end of the last
+batch; the recipe's first thread probe is left out as in ``benchmarks.learner_speed``. A round
+runs the recipe, then each peer in the order of ``--peers``; the ratio recipe / peer is taken
+per round and the median of the paired ratios is the figure.
+
+What still differs (the work per batch and the settings named above are equal):
+
+- Simulators: the recipe steps ale-py 0.12.1's ``AtariVectorEnv`` (preprocessing in its C++
+  threads) in the learner process; CleanRL steps envpool 0.8.4 (its own ALE build and C++
+  thread pool, ``num_threads`` left at its default); SB3 steps gymnasium envs with Python
+  wrappers (``AtariWrapper``, OpenCV) one after another in a ``DummyVecEnv`` (the zoo's default)
+  in the learner process; Sample Factory steps gymnasium envs with Python wrappers in N rollout
+  processes, acts in a separate inference process and learns in a third, through shared memory;
+  TorchRL steps 8 ``ParallelEnv`` processes and preprocesses RGB frames in the parent.
+- Threads: the recipe measures 1 against all cores for its updates and its in-process
+  inference (``accelrl.collectors.UpdateThreads``); SB3 and CleanRL keep torch's default;
+  Sample Factory sets one torch thread in its learner, inference and rollout processes, and
+  their niceness (0, 2 and 10 from its ``default_niceness``), whatever the benchmark runs at.
+- Frame storage: the recipe, SB3 and Sample Factory keep uint8 frames in the batch; CleanRL
+  converts every step's frames to float32 tensors (about 116 MB per batch).
+- Observations: 84 x 84 grey, 4 stacked, in all; Sample Factory resizes the RGB frame before
+  turning it grey (gymnasium's ``ResizeObservation`` then ``GrayScaleObservation``) and
+  normalises inputs with a running mean and std (``normalize_input``, on in its Atari
+  defaults), where the others divide by 255.
+- Sticky actions: equal, none (the recipe's own default is ALE v5's 0.25).
+- Lives: every peer ends an episode at a lost life inside the env and presses FIRE after it
+  (Baselines' ``EpisodicLifeEnv`` and ``FireResetEnv``, envpool's ``episodic_life``); the recipe
+  plays whole games, cuts bootstrapping at a lost life in the loss (``ppo.life_loss_boundary``)
+  and presses FIRE only after a reset (``--env.fire-on-life-loss`` off). Pong has no lives.
+- Rewards: clipped to their sign for learning in all; every side reports unclipped game scores.
+- Learning settings that leave the work as it is: SB3 does not clip the value loss; Sample
+  Factory clips value changes at 1.0 on normalised returns, does not reshuffle minibatches
+  between epochs and keeps its clip range fixed, as CleanRL does; the recipe and SB3 anneal it.
+- Logging: the zoo prints a table per update and writes Monitor CSVs (its evaluation is off);
+  CleanRL writes TensorBoard events; Sample Factory writes TensorBoard events and a checkpoint
+  every 120 s; the recipe writes ``metrics.csv`` only.
+- torch: 2.13.0 in the peers' venvs, the project's 2.14 for the recipe and TorchRL.
+
+The peers' own default settings, run to a score: ``benchmarks.time_to_score --peer NAME``.
 """
 
 from __future__ import annotations
@@ -36,10 +90,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import cores, median_ratio, write_json
+from benchmarks import peer_libs
+from benchmarks.common import cores, median_ratio, print_table, write_json
 from benchmarks.learner_speed import recipe_fps
+from benchmarks.peer_libs import MARK, PeerError, read_marks, steady_rate
 
-MARK = "accelrl-peers-mark"
+__all__ = ["main", "read_marks", "steady_rate", "torchrl_fps", "torchrl_overrides"]
+
+TORCHRL_TITLE = "TorchRL sota-implementations/ppo/ppo_atari.py"
+# Every peer's env has no sticky actions (v4 ids, envpool's default); the recipe's default
+# is ALE v5's 0.25.
+RECIPE_FLAGS = ["--env.sticky-actions", "0"]
 
 WRAPPER = f"""
 import os, runpy, sys, time
@@ -50,7 +111,7 @@ sys.path.insert(0, os.path.dirname(script))
 update = tqdm.tqdm.update
 def noted(self, n=1):
     out = update(self, n)
-    print("{MARK}", self.n, time.perf_counter(), file=sys.stderr, flush=True)
+    os.write(2, f"{MARK} {{self.n}} {{time.perf_counter()}}\\n".encode())
     return out
 tqdm.tqdm.update = noted
 runpy.run_path(script, run_name="__main__")
@@ -59,21 +120,16 @@ runpy.run_path(script, run_name="__main__")
 
 def torchrl_overrides(game: str, batches: int, tmp: str, device: str = "cpu") -> list[str]:
     """Hydra overrides that give TorchRL's script the recipe's default work per batch."""
-    from recipes.ppo_atari import Config
-
-    cfg = Config()
-    frameskip = cfg.env.frameskip  # TorchRL's script counts frames with a fixed frame skip of 4
-    if frameskip != 4:
-        raise ValueError(f"TorchRL's PPO script assumes frameskip 4; the recipe has {frameskip}")
-    batch_frames = cfg.collector.steps_per_batch * frameskip
+    work = peer_libs.recipe_work()
+    batch_frames = work.batch_steps * peer_libs.FRAMESKIP  # TorchRL counts frames at skip 4
     return [
         f"env.env_name={game}NoFrameskip-v4",
-        f"env.num_envs={cfg.env.num_envs}",
+        f"env.num_envs={work.num_envs}",
         "++env.backend=gymnasium",
         f"collector.frames_per_batch={batch_frames}",
         f"collector.total_frames={batches * batch_frames}",
-        f"loss.mini_batch_size={batch_frames // cfg.ppo.minibatches}",
-        f"loss.ppo_epochs={cfg.ppo.epochs}",
+        f"loss.mini_batch_size={batch_frames // work.minibatches}",
+        f"loss.ppo_epochs={work.epochs}",
         "logger.backend=",
         "logger.num_test_episodes=1",
         f"logger.test_interval={10**12}",
@@ -81,26 +137,6 @@ def torchrl_overrides(game: str, batches: int, tmp: str, device: str = "cpu") ->
         f"hydra.run.dir={tmp}",
         "hydra.output_subdir=null",
     ]
-
-
-def steady_rate(marks: list[tuple[int, float]], warmup: int, frames_per_step: int = 4) -> float:
-    """Frames/s between the ``warmup``-th progress mark (1-based: the end of batch ``warmup``)
-    and the last one; marks are (agent steps so far, perf_counter seconds)."""
-    if not 1 <= warmup < len(marks):
-        raise ValueError(f"{len(marks)} progress marks: need 1 <= warmup ({warmup}) < marks")
-    (n0, t0), (n1, t1) = marks[warmup - 1], marks[-1]
-    return (n1 - n0) * frames_per_step / (t1 - t0)
-
-
-def read_marks(stderr: str) -> list[tuple[int, float]]:
-    """The wrapper's marks; a mark may follow a progress bar's text on the same line (tqdm
-    redraws with a carriage return and no newline)."""
-    marks = []
-    for line in stderr.splitlines():
-        if MARK in line:
-            _, n, t = line[line.index(MARK) :].split()
-            marks.append((int(n), float(t)))
-    return marks
 
 
 def torchrl_fps(sota: Path, game: str, batches: int, warmup: int, device: str = "cpu") -> float:
@@ -116,12 +152,120 @@ def torchrl_fps(sota: Path, game: str, batches: int, warmup: int, device: str = 
     return steady_rate(read_marks(out.stderr), warmup)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def library_fps(name: str, opts: argparse.Namespace) -> float:
+    """Steady frames/s of a library peer run through its wrapper (see the module docstring)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        args = speed_args(name, opts, tmp)
+        marks = peer_libs.run_for_marks(
+            name, peer_libs.command(name, opts.cache, args), tmp, opts.batches
+        )
+    return steady_rate(marks, opts.warmup)
+
+
+def speed_args(name: str, opts: argparse.Namespace, tmp: str) -> list[str]:
+    work = peer_libs.recipe_work()
+    return peer_libs.speed_args(
+        name,
+        opts.game,
+        opts.batches,
+        work,
+        tmp,
+        seed=opts.seed,
+        device=opts.device,
+        sf_workers=opts.sf_workers,
+    )
+
+
+def setup_main(argv: list[str]) -> list[dict]:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.peers setup",
+        description="Make each peer's venv (pinned versions) under the cache folder.",
+    )
+    parser.add_argument("peers", nargs="+", choices=list(peer_libs.PEERS))
+    parser.add_argument("--cache", type=Path, default=peer_libs.DEFAULT_CACHE)
+    parser.add_argument(
+        "--cleanrl-script",
+        type=Path,
+        help="CleanRL's ppo_atari_envpool.py, or a checkout of github.com/vwxyzjn/cleanrl",
+    )
+    parser.add_argument("--torch", default=peer_libs.TORCH, help="pip requirement for torch")
+    parser.add_argument(
+        "--pip-arg",
+        action="append",
+        default=[],
+        help="passed to pip install (repeat), e.g. --pip-arg=--extra-index-url=URL",
+    )
+    parser.add_argument("--python", default=sys.executable, help="interpreter for the venvs")
+    opts = parser.parse_args(argv)
+    if "cleanrl" in opts.peers:  # refused before any venv is made
+        if opts.cleanrl_script is None:
+            parser.error(
+                "setup cleanrl needs --cleanrl-script PATH: CleanRL's ppo_atari_envpool.py or a "
+                "checkout of github.com/vwxyzjn/cleanrl (its PyPI release needs Python < 3.11)"
+            )
+        try:
+            peer_libs.cleanrl_source(opts.cleanrl_script)
+        except PeerError as err:
+            parser.error(str(err))
+    records = []
+    for name in opts.peers:
+        print(f"setup {name}: {opts.cache / name / 'venv'}", flush=True)
+        try:
+            record = peer_libs.setup(
+                name,
+                opts.cache,
+                python=opts.python,
+                torch=opts.torch,
+                pip_args=tuple(opts.pip_arg),
+                cleanrl_script=opts.cleanrl_script,
+            )
+        except PeerError as err:
+            parser.error(str(err))
+        print(f"  {record['versions']}", flush=True)
+        records.append(record)
+    return records
+
+
+def chosen_peers(opts: argparse.Namespace, parser: argparse.ArgumentParser) -> list[str]:
+    """``--peers``, each checked for what it needs; without it, every peer that is ready."""
+    known = [*peer_libs.PEERS, "torchrl"]
+    if opts.peers is None:
+        ready = [n for n in peer_libs.PEERS if (opts.cache / n / "venv").exists()]
+        names = ready + (["torchrl"] if opts.torchrl_sota else [])
+        if not names:
+            parser.error(
+                f"no peer is set up in {opts.cache}: run `python -m benchmarks.peers setup "
+                "sb3 cleanrl sf --cache DIR --cleanrl-script PATH`, or pass --torchrl-sota PATH"
+            )
+    else:
+        names = [n.strip() for n in opts.peers.split(",") if n.strip()]
+    for name in names:
+        if name not in known:
+            parser.error(f"--peers {opts.peers}: unknown peer {name!r}; choose from {known}")
+        if name == "torchrl":
+            if opts.torchrl_sota is None or not (opts.torchrl_sota / "ppo_atari.py").is_file():
+                parser.error(
+                    f"--torchrl-sota {opts.torchrl_sota}: no ppo_atari.py there; pass the "
+                    "sota-implementations/ppo folder of a TorchRL checkout"
+                )
+        else:
+            try:
+                peer_libs.venv_python(name, opts.cache)
+            except PeerError as err:
+                parser.error(str(err))
+    return names
+
+
+def main(argv: list[str] | None = None) -> dict | list[dict]:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["setup"]:
+        return setup_main(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peers", help="comma-separated: sb3,cleanrl,sf,torchrl")
+    parser.add_argument("--cache", type=Path, default=peer_libs.DEFAULT_CACHE)
     parser.add_argument(
         "--torchrl-sota",
         type=Path,
-        required=True,
         help="the sota-implementations/ppo folder of a TorchRL checkout matching torchrl",
     )
     parser.add_argument("--game", default="Pong")
@@ -129,50 +273,92 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--seed", type=int, default=1, help="the peers' seed")
+    parser.add_argument("--sf-workers", type=int, help="Sample Factory's rollout processes")
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args(argv)
-    script = opts.torchrl_sota / "ppo_atari.py"
-    if not script.is_file():
-        parser.error(
-            f"--torchrl-sota {opts.torchrl_sota}: no ppo_atari.py there; pass the "
-            "sota-implementations/ppo folder of a TorchRL checkout"
-        )
     if opts.warmup < 1 or opts.batches <= opts.warmup:
         parser.error(f"--warmup {opts.warmup} --batches {opts.batches}: need 1 <= warmup < batches")
-    overrides = torchrl_overrides(opts.game, opts.batches, "<tmp>", opts.device)
-    batch = next(o for o in overrides if o.startswith("collector.frames_per_batch="))
+    work = peer_libs.recipe_work()
+    if opts.sf_workers is None:
+        opts.sf_workers = peer_libs.default_sf_workers(cores(), work.num_envs)
+    try:
+        peer_libs.sf_layout(opts.sf_workers, work.num_envs)
+    except PeerError as err:
+        parser.error(str(err))
+    names = chosen_peers(opts, parser)
+    titles, commands = {}, {}
+    for name in names:
+        if name == "torchrl":
+            titles[name] = TORCHRL_TITLE
+            commands[name] = [str(opts.torchrl_sota / "ppo_atari.py")]
+            commands[name] += torchrl_overrides(opts.game, opts.batches, "<tmp>", opts.device)
+        else:
+            titles[name] = peer_libs.peer(name).title
+            commands[name] = peer_libs.command(name, opts.cache, speed_args(name, opts, "<tmp>"))
     print(
-        f"peers: {opts.game}, {cores()} cores, device {opts.device}, {opts.batches} batches "
-        f"({batch}), first {opts.warmup} left out, {opts.rounds} round(s); TorchRL script {script}",
+        f"peers: {opts.game}, {cores()} cores, device {opts.device}, {opts.batches} batches of "
+        f"{work.batch_steps} agent steps, first {opts.warmup} left out, {opts.rounds} round(s); "
+        f"recipe flags {' '.join(RECIPE_FLAGS)}",
         flush=True,
     )
-    rates: dict[str, list[float]] = {"recipe": [], "torchrl": []}
+    for name in names:
+        print(f"  {name}: {' '.join(commands[name])}", flush=True)
+    rates: dict[str, list[float]] = {"recipe": [], **{n: [] for n in names}}
     for r in range(opts.rounds):
-        rec = recipe_fps("ppo", [], opts.batches, opts.warmup, opts.device, game=opts.game)
-        ref = torchrl_fps(opts.torchrl_sota, opts.game, opts.batches, opts.warmup, opts.device)
-        rates["recipe"].append(rec)
-        rates["torchrl"].append(ref)
+        rates["recipe"].append(
+            recipe_fps("ppo", RECIPE_FLAGS, opts.batches, opts.warmup, opts.device, game=opts.game)
+        )
+        for name in names:
+            if name == "torchrl":
+                rate = torchrl_fps(
+                    opts.torchrl_sota, opts.game, opts.batches, opts.warmup, opts.device
+                )
+            else:
+                rate = library_fps(name, opts)
+            rates[name].append(rate)
+        line = ", ".join(
+            f"{n} {rates[n][-1]:,.0f} ({rates['recipe'][-1] / rates[n][-1]:.2f})" for n in names
+        )
         print(
-            f"  round {r + 1}/{opts.rounds}: recipe {rec:,.0f} frames/s, TorchRL's "
-            f"ppo_atari.py {ref:,.0f}, ratio {rec / ref:.2f}",
+            f"  round {r + 1}/{opts.rounds}: recipe {rates['recipe'][-1]:,.0f} frames/s; {line}",
             flush=True,
         )
+    ratios = {n: [a / b for a, b in zip(rates["recipe"], rates[n], strict=True)] for n in names}
+    medians = {n: median_ratio(rates["recipe"], rates[n]) for n in names}
     result = {
         "game": opts.game,
         "cores": cores(),
         "device": opts.device,
         "batches": opts.batches,
         "warmup": opts.warmup,
-        "overrides": overrides,
+        "seed": opts.seed,
+        "sf_workers": opts.sf_workers,
+        "recipe_flags": RECIPE_FLAGS,
+        "peers": {
+            n: {
+                "title": titles[n],
+                "command": commands[n],
+                "installed": {} if n == "torchrl" else peer_libs.installed(n, opts.cache),
+            }
+            for n in names
+        },
         "rounds": rates,
-        "ratios": [a / b for a, b in zip(rates["recipe"], rates["torchrl"], strict=True)],
-        "ratio_median": median_ratio(rates["recipe"], rates["torchrl"]),
+        "ratios": ratios,
+        "ratio_median": medians,
     }
-    print(
-        f"recipe vs TorchRL's PPO Atari example: median {statistics.median(rates['recipe']):,.0f} "
-        f"vs {statistics.median(rates['torchrl']):,.0f} frames/s, paired ratio "
-        f"{result['ratio_median']:.2f}x"
-    )
+    print(f"\nrecipe vs peers, {opts.game}: frames/s medians over rounds, ratio recipe / peer")
+    rows = [
+        (
+            titles[n],
+            statistics.median(rates["recipe"]),
+            statistics.median(rates[n]),
+            " ".join(f"{x:.2f}" for x in ratios[n]),
+            medians[n],
+        )
+        for n in names
+    ]
+    print_table(["peer", "recipe frames/s", "peer frames/s", "round ratios", "median ratio"], rows)
     if opts.json:
         write_json(str(opts.json), result)
     return result

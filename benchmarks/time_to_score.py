@@ -10,6 +10,21 @@ start-up), frames at that moment, the best windowed mean seen and the frames/s; 
 
 Run: ``python -m benchmarks.time_to_score --out DIR [--budget-s 300] [--target 18]
 [--device cuda] [-- extra recipe flags]``.
+
+``--peer sb3|cleanrl|sf`` runs a library from ``benchmarks.peers`` instead, with its own default
+PPO settings for Atari (``benchmarks.peer_libs.default_args``: only the game, ``--seed``, the
+length ``--frames`` and the device are set; the zoo's periodic evaluation is off; the length
+defaults to the recipe's 10M frames, since each library anneals its learning rate over it and
+their own lengths differ: 10M agent steps for the zoo and CleanRL, 10M frames for Sample
+Factory), from the venv
+that ``python -m benchmarks.peers setup NAME --cache DIR`` made. Its wrapper reports each
+finished game; ``curve.csv`` gets one row per game as it ends (wall seconds from launch, frames,
+unclipped score), so a long run can be left in the background and read at any time; the same
+window, target and budget stop it, and ``time_to_score.json`` holds the same fields. Breakout to
+a last-100 return of 10 with each peer's defaults:
+
+    python -m benchmarks.time_to_score --peer cleanrl --game Breakout --target 10 \
+        --budget-s 86400 --out runs/tts-cleanrl-breakout
 """
 
 from __future__ import annotations
@@ -18,13 +33,16 @@ import argparse
 import csv
 import json
 import os
+import queue
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 FRAMESKIP = 4
@@ -75,9 +93,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--budget-s", type=float, default=300.0, help="wall-time budget from launch")
     p.add_argument("--device", default="auto")
     p.add_argument("--python", default=sys.executable)
+    p.add_argument("--peer", choices=["sb3", "cleanrl", "sf"], help="a library instead of a recipe")
+    p.add_argument("--cache", type=Path, help="the peers' venvs (benchmarks.peers setup)")
+    p.add_argument("--seed", type=int, default=1, help="--peer: its seed")
+    p.add_argument(
+        "--frames", type=int, default=10_000_000, help="--peer: its length in emulator frames"
+    )
     p.add_argument("extra", nargs="*", help="recipe flags (after --)")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
+    if args.peer:
+        if args.extra:
+            p.error(f"recipe flags {args.extra} apply to recipes only, not to --peer {args.peer}")
+        return peer_main(args, p)
     run_dir = tempfile.mkdtemp(prefix=f"tts_{args.algo}_")
     shutil.rmtree(run_dir)
     cmd = [
@@ -180,6 +208,143 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         else f"did not reach {args.target} ({ended_by}; best mean {best})"
     )
     print(f"{args.algo} {args.game}: {status}; {result['frames']:,} frames in all")
+    return result
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the process group (a peer's worker processes too), SIGKILL after 20 s."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def peer_main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """``--peer``: run a library with its defaults until the target, its end or the budget."""
+    from benchmarks import peer_libs
+
+    cache = args.cache or peer_libs.DEFAULT_CACHE
+    device = args.device
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    work_dir = tempfile.mkdtemp(prefix=f"tts_{args.peer}_")
+    try:
+        peer_args = peer_libs.default_args(
+            args.peer, args.game, args.frames, work_dir, seed=args.seed, device=device
+        )
+        cmd = peer_libs.command(args.peer, cache, peer_args)
+    except peer_libs.PeerError as err:
+        shutil.rmtree(work_dir)
+        parser.error(str(err))
+    print("launch:", " ".join(cmd), flush=True)
+    lines: queue.Queue[str | None] = queue.Queue()
+    last: deque[float] = deque(maxlen=args.window)
+    n, frames, best, mean = 0, 0, None, None
+    t_first = reached_at = reached_frames = None
+    curve_path = os.path.join(args.out, "curve.csv")
+    with (
+        open(os.path.join(args.out, "peer.log"), "w", buffering=1) as log,
+        open(os.path.join(args.out, "peer_stdout.log"), "w") as out_log,
+        open(curve_path, "w", newline="") as curve_file,
+    ):
+        curve = csv.writer(curve_file)
+        curve.writerow(["wall_s", "frames", "return"])
+        t_launch = time.perf_counter()  # the wrappers' marks use the same monotonic clock
+        proc = subprocess.Popen(
+            cmd, cwd=work_dir, stdout=out_log, stderr=subprocess.PIPE, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+
+        def pump() -> None:
+            for line in proc.stderr:
+                lines.put(line)
+            lines.put(None)
+
+        try:  # the peer and its worker processes stop whatever happens here
+            threading.Thread(target=pump, daemon=True).start()
+            last_print, ended = 0.0, False
+            while not ended and reached_at is None:
+                try:
+                    line = lines.get(timeout=1.0)
+                except queue.Empty:
+                    line = ""
+                if line is None:
+                    ended = True
+                elif line:
+                    log.write(line)
+                    for steps, t in peer_libs.read_marks(line):
+                        frames = int(steps) * peer_libs.FRAMESKIP
+                        t_first = t if t_first is None else t_first
+                    for steps, score, t in peer_libs.read_marks(line, peer_libs.EPISODE):
+                        curve.writerow(
+                            [f"{t - t_launch:.3f}", int(steps) * peer_libs.FRAMESKIP, score]
+                        )
+                        curve_file.flush()
+                        n += 1
+                        last.append(score)
+                        if len(last) == args.window:
+                            mean = sum(last) / len(last)
+                            best = mean if best is None else max(best, mean)
+                            if mean >= args.target:
+                                reached_at, reached_frames = t, int(steps) * peer_libs.FRAMESKIP
+                now = time.perf_counter()
+                if now - last_print >= 15:
+                    last_print = now
+                    m = "-" if mean is None else f"{mean:.1f}"
+                    print(
+                        f"  {now - t_launch:5.0f} s: {n} games, mean of last {args.window} {m}, "
+                        f"frames {frames:,}",
+                        flush=True,
+                    )
+                if now - t_launch >= args.budget_s:
+                    break
+        finally:
+            stop_group(proc)
+        ended_by = "target" if reached_at else ("peer exited" if ended else "time budget")
+    shutil.rmtree(work_dir, ignore_errors=True)
+    result = {
+        "peer": args.peer,
+        "title": peer_libs.peer(args.peer).title,
+        "installed": peer_libs.installed(args.peer, cache),
+        "game": args.game,
+        "seed": args.seed,
+        "frames_planned": args.frames,
+        "device": device,
+        "target": args.target,
+        "window": args.window,
+        "budget_s": args.budget_s,
+        "reached": reached_at is not None,
+        "ended_by": ended_by,
+        "wall_s_from_launch": None if reached_at is None else reached_at - t_launch,
+        "wall_s_from_first_update": (
+            None if reached_at is None or t_first is None else reached_at - t_first
+        ),
+        "frames_at_target": reached_frames,
+        "startup_s": None if t_first is None else t_first - t_launch,
+        "episodes": n,
+        "final_mean": mean,
+        "best_mean": best,
+        "frames": frames,
+        "peer_returncode": proc.returncode,
+        "command": cmd,
+    }
+    with open(os.path.join(args.out, "time_to_score.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    if ended and proc.returncode:
+        print(f"{args.peer} exited {proc.returncode}; its output: {args.out}/peer.log")
+    status = (
+        f"reached {args.target} after {result['wall_s_from_launch']:.0f} s "
+        f"({reached_frames:,} frames)"
+        if reached_at
+        else f"did not reach {args.target} ({ended_by}; best mean {best})"
+    )
+    print(f"{args.peer} {args.game}: {status}; {frames:,} frames in all; curve in {curve_path}")
     return result
 
 
