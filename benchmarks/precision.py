@@ -16,6 +16,11 @@ faster):
 - ``--compile``: the PPO update with ``--compile.loss``, fp32 and bf16 (minutes of compilation
   on a CPU first).
 
+``--recipe``: the whole PPO recipe on Breakout (collection, update, everything a run does), its
+steady frames/s with ``--precision.learner bf16`` (and with ``--precision.channels-last``)
+against fp32, each variant run in turn in each round (``benchmarks.learner_speed.recipe_fps``:
+the recipe's own thread plan, the first batches and the thread probe left out).
+
 ``--kernels`` runs one bf16 and one fp32 forward and backward pass of the Nature CNN under
 ``ONEDNN_VERBOSE=1`` (CPU) and prints which oneDNN implementation ran each convolution and
 matrix product (``avx512_core_amx_bf16``: AMX tiles; ``avx512_core_bf16``: AVX-512 BF16; an
@@ -222,6 +227,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--threads", type=int, default=1, help="torch threads (CPU)")
     p.add_argument("--compile", action="store_true", help="add --compile.loss pairs (slow)")
     p.add_argument("--kernels", action="store_true", help="oneDNN's kernels (ONEDNN_VERBOSE)")
+    p.add_argument("--recipe", action="store_true", help="whole-recipe frames/s (PPO, Breakout)")
+    p.add_argument("--recipe-batches", type=int, default=10)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     args.rounds = args.rounds or (3 if args.quick else 5)
@@ -252,6 +259,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             }
         print(f"\n{group} (per call; ratios: medians of per-round pairs)")
         print_table(["variant", "ms", "time / fp32", "speed-up"], rows)
+    if args.recipe:
+        results.update(recipe_pairs(args))
     if args.kernels:
         results["kernels"] = kernels(args.device)
         for dt, counts in results["kernels"].items():
@@ -267,11 +276,48 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return results
 
 
+RECIPE_VARIANTS = {
+    "fp32": [],
+    "bf16": ["--precision.learner", "bf16"],
+    "bf16+channels_last": ["--precision.learner", "bf16", "--precision.channels-last"],
+}
+"""The whole-recipe variants: name -> the PPO recipe's flags (the acting policy stays fp32)."""
+
+
+def recipe_pairs(args: argparse.Namespace) -> dict[str, Any]:
+    """Steady frames/s of the PPO recipe on Breakout in each of ``RECIPE_VARIANTS``, the
+    variants in turn in each of ``args.rounds`` rounds; ratios are medians of per-round pairs
+    with fp32."""
+    from benchmarks.learner_speed import recipe_fps
+
+    fps: dict[str, list[float]] = {name: [] for name in RECIPE_VARIANTS}
+    for r in range(args.rounds):
+        for name, flags in RECIPE_VARIANTS.items():
+            fps[name].append(recipe_fps("ppo", flags, args.recipe_batches, 2, args.device,
+                                        game="Breakout"))  # fmt: skip
+        print(f"  recipe round {r + 1}/{args.rounds}: "
+              + ", ".join(f"{n} {v[-1]:,.0f}" for n, v in fps.items()), flush=True)  # fmt: skip
+    out, table = {}, []
+    for name, rates in fps.items():
+        speedup = median_ratio(rates, fps["fp32"])
+        out[f"ppo recipe: {name}"] = {"frames_per_s": median(rates), "reference": "fp32",
+                                      "speedup": speedup, "fps_rounds": rates}  # fmt: skip
+        table.append([name, median(rates), speedup])
+    print("\nppo recipe on Breakout (frames/s; ratio: median of per-round pairs)")
+    print_table(["variant", "frames/s", "speed-up"], table)
+    return out
+
+
 def rows(results: dict[str, Any]) -> list[Row]:
     """``benchmarks.run``'s rows: every variant against its fp32 reference (no targets)."""
     out = []
     for key, value in results.items():
         if not isinstance(value, dict) or "speedup" not in value or key.endswith(": fp32"):
+            continue
+        if "frames_per_s" in value:
+            ref = value["frames_per_s"] / value["speedup"]
+            out.append(Row("precision", key, value["frames_per_s"], "frames/s",
+                           reference="fp32", ref_rate=ref, ratio=value["speedup"]))  # fmt: skip
             continue
         out.append(
             Row(

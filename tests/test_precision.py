@@ -160,3 +160,18 @@ def test_a_run_checkpointed_in_bf16_resumes_in_fp32_and_back(tmp_path):
     assert a2c_atari.train(cfg)["updates"] == 30
     changes = (tmp_path / "a2c" / "config_changes.jsonl").read_text()
     assert "precision.learner" in changes
+
+
+def test_the_suite_lists_the_whole_recipe_pairs_in_frames_per_second():
+    from benchmarks.precision import rows
+
+    results = {
+        "ppo recipe: fp32": {"frames_per_s": 1500.0, "reference": "fp32", "speedup": 1.0},
+        "ppo recipe: bf16": {"frames_per_s": 2400.0, "reference": "fp32", "speedup": 1.6},
+        "ppo update: bf16": {"ms": 250.0, "reference": "fp32", "time_ratio": 0.5, "speedup": 2.0},
+    }
+    (recipe, update) = sorted(rows(results), key=lambda r: r.what)
+    assert (recipe.what, recipe.unit, recipe.rate, recipe.ratio) == (
+        "ppo recipe: bf16", "frames/s", 2400.0, 1.6)  # fmt: skip
+    assert recipe.ref_rate == pytest.approx(1500.0)
+    assert update.unit == "calls/s" and update.rate == pytest.approx(4.0)
