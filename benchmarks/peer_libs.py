@@ -19,8 +19,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-MARK = "accelrl-peers-mark"
-EPISODE = "accelrl-peers-episode"
+from benchmarks.peer_wrappers.marks import EPISODE as EPISODE  # re-exported for the tests
+from benchmarks.peer_wrappers.marks import MARK
+
 FRAMESKIP = 4  # every peer's Atari setting, and the recipe's default
 DEFAULT_CACHE = Path.home() / ".cache" / "accelrl-peers"
 WRAPPERS = Path(__file__).parent / "peer_wrappers"

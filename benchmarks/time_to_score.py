@@ -48,6 +48,31 @@ from typing import Any
 FRAMESKIP = 4
 
 
+def reach(
+    args: argparse.Namespace,
+    ended_by: str,
+    t_launch: float,
+    t_first: float | None,
+    reached_at: float | None,
+    reached_frames: int | None,
+) -> dict:
+    """A run's target and when it was reached (None: not), from the launch and from the first
+    update, and its start-up time: the fields the recipe's and a peer's results share."""
+    return {
+        "target": args.target,
+        "window": args.window,
+        "budget_s": args.budget_s,
+        "reached": reached_at is not None,
+        "ended_by": ended_by,
+        "wall_s_from_launch": None if reached_at is None else reached_at - t_launch,
+        "wall_s_from_first_update": (
+            None if reached_at is None or t_first is None else reached_at - t_first
+        ),
+        "frames_at_target": reached_frames,
+        "startup_s": None if t_first is None else t_first - t_launch,
+    }
+
+
 def read_episodes(path: str, window: int) -> tuple[int, float | None, int]:
     """(episodes, mean return of the last ``window``, frames of the last episode)."""
     if not os.path.exists(path):
@@ -175,17 +200,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {
         "algo": args.algo,
         "game": args.game,
-        "target": args.target,
-        "window": args.window,
-        "budget_s": args.budget_s,
-        "reached": reached_at is not None,
-        "ended_by": ended_by,
-        "wall_s_from_launch": None if reached_at is None else reached_at - t_launch,
-        "wall_s_from_first_update": (
-            None if reached_at is None or t_first is None else reached_at - t_first
-        ),
-        "frames_at_target": reached_frames,
-        "startup_s": None if t_first is None else t_first - t_launch,
+        **reach(args, ended_by, t_launch, t_first, reached_at, reached_frames),
         "episodes": n,
         "final_mean": mean,
         "best_mean": best,
@@ -316,17 +331,7 @@ def peer_main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict
         "seed": args.seed,
         "frames_planned": args.frames,
         "device": device,
-        "target": args.target,
-        "window": args.window,
-        "budget_s": args.budget_s,
-        "reached": reached_at is not None,
-        "ended_by": ended_by,
-        "wall_s_from_launch": None if reached_at is None else reached_at - t_launch,
-        "wall_s_from_first_update": (
-            None if reached_at is None or t_first is None else reached_at - t_first
-        ),
-        "frames_at_target": reached_frames,
-        "startup_s": None if t_first is None else t_first - t_launch,
+        **reach(args, ended_by, t_launch, t_first, reached_at, reached_frames),
         "episodes": n,
         "final_mean": mean,
         "best_mean": best,

@@ -7,23 +7,11 @@ wrapped before it starts.
     python cleanrl_script.py PATH/ppo_atari_envpool.py SCRIPT_ARGS...
 """
 
-import os
 import runpy
 import sys
-import time
 
+from marks import EPISODE, MARK, note  # this folder's marks.py
 from torch.utils.tensorboard import SummaryWriter
-
-MARK = "accelrl-peers-mark"  # agent steps so far, perf_counter: the end of one update
-EPISODE = "accelrl-peers-episode"  # agent steps so far, game score, perf_counter
-
-
-def note(*fields: object) -> None:
-    # One write of the whole line: the peer's other processes share this stderr pipe, and
-    # print() writes a line in pieces that their output could split.
-    line = " ".join(str(f) for f in (*fields, time.perf_counter()))
-    os.write(2, f"{line}\n".encode())
-
 
 add_scalar = SummaryWriter.add_scalar
 

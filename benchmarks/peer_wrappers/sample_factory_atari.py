@@ -10,26 +10,15 @@ process runs again (Sample Factory starts them with ``spawn``, which re-imports 
     python sample_factory_atari.py SF_ARGS...
 """
 
-import os
 import sys
-import time
 
 import ale_py  # noqa: F401  (registers the Atari ids in this process and in every worker)
 import numpy as np
+from marks import EPISODE, MARK, note  # this folder's marks.py
 from sample_factory import train
 from sample_factory.algo.runners.runner import AlgoObserver
 from sample_factory.algo.utils.misc import EPISODIC
 from sf_examples.atari import train_atari
-
-MARK = "accelrl-peers-mark"  # agent steps so far, perf_counter: the end of one update
-EPISODE = "accelrl-peers-episode"  # agent steps so far, game score, perf_counter
-
-
-def note(*fields: object) -> None:
-    # One write of the whole line: the peer's other processes share this stderr pipe, and
-    # print() writes a line in pieces that their output could split.
-    line = " ".join(str(f) for f in (*fields, time.perf_counter()))
-    os.write(2, f"{line}\n".encode())
 
 
 class BatchMarks(AlgoObserver):

@@ -6,24 +6,12 @@ edited: two methods are wrapped before the script starts).
     python sb3_zoo.py ZOO_ARGS...
 """
 
-import os
 import runpy
 import sys
-import time
 
+from marks import EPISODE, MARK, note  # this folder's marks.py
 from stable_baselines3 import PPO
 from stable_baselines3.common.base_class import BaseAlgorithm
-
-MARK = "accelrl-peers-mark"  # agent steps so far, perf_counter: the end of one update
-EPISODE = "accelrl-peers-episode"  # agent steps so far, game score, perf_counter
-
-
-def note(*fields: object) -> None:
-    # One write of the whole line: the peer's other processes share this stderr pipe, and
-    # print() writes a line in pieces that their output could split.
-    line = " ".join(str(f) for f in (*fields, time.perf_counter()))
-    os.write(2, f"{line}\n".encode())
-
 
 train = PPO.train
 update_info_buffer = BaseAlgorithm._update_info_buffer
