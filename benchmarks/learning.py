@@ -10,6 +10,9 @@ Atari (one run per call, meant for ``nohup``; both kinds write ``episodes.csv`` 
     python -m benchmarks.learning compare runs/parity/ppo-breakout-*-s0 \\
         -o docs/results/learning/ppo_breakout_2m_s0_DATE
 
+With ``-- --model.recurrent lstm`` both sides have an LSTM: the recipe's, and the plain loop's
+``reference.recurrent`` (``plain_ppo`` and ``plain_a2c`` run their LSTM loops for that config).
+
 Both read one recipe ``Config``, parsed from the same flags (``atari_recipe_args``): ``--impl
 accelrl`` runs the recipe itself (``recipes/<algo>_atari.py``) with it, ``--impl plain`` runs
 the plain loop (``reference.atari``: numpy + PyTorch, no TorchRL) with it (``atari_config``).

@@ -51,6 +51,7 @@ class TrainSpec:
     warmup: tuple[int, int]  # (full, quick) batches excluded from the rate
     preset: str | None = None
     reference: str = ""
+    recurrent: bool = False  # --model.recurrent lstm (the plain loops read it too)
 
     @classmethod
     def dqn_preset(
@@ -69,6 +70,17 @@ SPECS = [
     TrainSpec.dqn_preset("dqn-512", (6, 2), (2, 1), reference="plain double DQN"),
     TrainSpec.dqn_preset("rainbow", (23, 4), (3, 2), reference="plain rainbow"),
     TrainSpec("appo", "recipes.appo_atari", "appo", (6, 3), (2, 2), reference="plain PPO"),
+    # PPO with an LSTM: the plain side is reference.recurrent's loop (CleanRL's PPO-LSTM form:
+    # one LSTM step per simulator step, minibatches of whole sequences unrolled step by step).
+    TrainSpec(
+        "ppo-lstm",
+        "recipes.ppo_atari",
+        "ppo",
+        (4, 2),
+        (1, 1),
+        reference="plain PPO-LSTM",
+        recurrent=True,
+    ),  # fmt: skip
 ]
 
 
@@ -107,15 +119,17 @@ def make_config(
     cfg.log.tensorboard = False
     cfg.log.eval_episodes = 0
     cfg.log.checkpoint_every_frames = 10**12
+    if spec.recurrent:
+        cfg.model.recurrent = "lstm"
     algo = getattr(cfg, spec.section)
-    if spec.name in ("ppo", "appo"):
+    if spec.section in ("ppo", "appo"):
         if num_envs:
             cfg.env.num_envs = num_envs
         steps = 16 if quick else cfg.collector.steps_per_batch // cfg.env.num_envs
         procs = 1 if getattr(cfg.collector, "kind", "sync") == "async" else None
         procs = procs or max(1, cfg.collector.num_workers)
         cfg.collector.steps_per_batch = cfg.env.num_envs * procs * steps
-    elif spec.name == "a2c":
+    elif spec.section == "a2c":
         if num_envs:
             steps = cfg.collector.steps_per_batch // cfg.env.num_envs
             cfg.env.num_envs = num_envs
@@ -167,9 +181,10 @@ def plain_runner(
     kw = dict(device=cfg.device, threads=plan.sim_threads)
 
     def run() -> list[Record]:
-        if spec.name in ("ppo", "appo"):
+        # cfg.model.recurrent lstm: plain_ppo and plain_a2c run their LSTM loops.
+        if spec.section in ("ppo", "appo"):
             return plain_ppo(cfg, section=spec.section, **kw)
-        if spec.name == "a2c":
+        if spec.section == "a2c":
             return plain_a2c(cfg, **kw)
         return plain_dqn(cfg, **kw)
 
@@ -186,14 +201,15 @@ def plain_runner(
 def describe(spec: TrainSpec, cfg: Any) -> str:
     c, e = cfg.collector, cfg.env
     kind = getattr(c, "kind", "sync")
-    if spec.name in ("ppo", "appo"):
+    lstm = f", LSTM {cfg.model.lstm_hidden}" if spec.recurrent else ""
+    if spec.section in ("ppo", "appo"):
         a = getattr(cfg, spec.section)
         procs = f"{c.num_workers}w x " if c.num_workers else ""
         return (
             f"{kind} {procs}{e.num_envs} envs, batch {c.steps_per_batch}, "
-            f"{a.epochs}x{a.minibatches} minibatches"
+            f"{a.epochs}x{a.minibatches} minibatches{lstm}"
         )
-    if spec.name == "a2c":
+    if spec.section == "a2c":
         return f"{e.num_envs} envs x {c.steps_per_batch // e.num_envs} steps"
     d = cfg.dqn
     return (

@@ -134,6 +134,7 @@ class VecAtari:
             actions = np.where(self.fire_due, self.fire, actions)
         obs, reward, terminated, truncated, info = self.env.step(actions)
         ended = terminated | truncated
+        self.ended = ended  # game over or truncated: the next step starts an episode
         lives = info["lives"]
         life_lost = (lives < self.lives) & ~ended
         self.fire_due = life_lost

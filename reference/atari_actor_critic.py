@@ -140,6 +140,15 @@ def plain_ppo(
     """PPO with ``cfg``'s settings (``cfg.<section>``: ``ppo``, or ``appo`` for APPO's PPO
     objective) for ``iterations`` batches (default: until ``cfg.total_frames``; a resumed
     ``checkpoint`` counts the batches it has done)."""
+    if cfg.model.recurrent != "none":
+        # reference.recurrent builds on this module: imported here, when a loop asks for it.
+        from reference.recurrent import plain_ppo_lstm
+
+        if section != "ppo":
+            raise ValueError(f"model.recurrent={cfg.model.recurrent!r}: the plain loop "
+                             "implements PPO's LSTM, not APPO's")  # fmt: skip
+        return plain_ppo_lstm(cfg, iterations, device=device, threads=threads,
+                              on_iteration=on_iteration, checkpoint=checkpoint)  # fmt: skip
     p = getattr(cfg, section)
     require(section, p, life_loss_boundary=True)
     if section == "appo":
@@ -202,6 +211,11 @@ def plain_a2c(
 ) -> list[Record]:
     """A2C with ``cfg``'s settings (``cfg.a2c``) for ``iterations`` batches (default: until
     ``cfg.total_frames``; a resumed ``checkpoint`` counts the batches it has done)."""
+    if cfg.model.recurrent != "none":
+        from reference.recurrent import plain_a2c_lstm  # builds on this module
+
+        return plain_a2c_lstm(cfg, iterations, device=device, threads=threads,
+                              on_iteration=on_iteration, checkpoint=checkpoint)  # fmt: skip
     a = cfg.a2c
     require("a2c", a, life_loss_boundary=True)
     env, dev, steps, frames, batches = setup(cfg, iterations, checkpoint, threads, device)

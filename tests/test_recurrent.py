@@ -544,3 +544,106 @@ def test_hide_velocities_is_refused_outside_cartpole(game):
     cfg.env.game, cfg.env.hide_velocities = game, True
     with pytest.raises(ConfigError, match="hide-velocities=True: is for CartPole"):
         ppo_atari.validate(cfg)
+
+
+# --- the plain Atari LSTM loop (reference.recurrent), the other side of the Breakout pair -------
+
+
+def test_the_plain_atari_lstm_network_is_the_recipes_on_frames():
+    """Same parameters in the same order; copied weights give the same logits, values and next
+    state on frames over two steps, the second from the first's state."""
+    from reference.recurrent import AtariLSTMActorCritic
+
+    spec = {"obs_key": "pixels", "obs_shape": (4, 84, 84), "num_actions": 4}
+    agent = agent_for(spec=spec)
+    plain = AtariLSTMActorCritic(4, lstm_hidden=16)
+    assert [p.shape for p in agent.model.parameters()] == [p.shape for p in plain.parameters()]
+    with torch.no_grad():
+        for mine, theirs in zip(agent.model.parameters(), plain.parameters(), strict=True):
+            theirs.copy_(mine)
+    frames = torch.randint(0, 256, (2, 3, 4, 84, 84), dtype=torch.uint8)
+    state = agent.initial_state(3)
+    for t in range(2):
+        td = state.clone()
+        td["pixels"], td["is_init"] = frames[t], torch.zeros(3, 1, dtype=torch.bool)
+        with torch.no_grad():
+            out = agent.model(td)
+        if t == 0:
+            h = c = torch.zeros(1, 3, 16)
+        with torch.no_grad():
+            logits, value, (h, c) = plain.unroll(frames[t : t + 1], (h, c), torch.zeros(1, 3))
+        torch.testing.assert_close(out["logits"], logits[0], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(out["state_value"].squeeze(-1), value[0], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(out["next", "recurrent_state_h"].transpose(0, 1), h,
+                                   rtol=1e-4, atol=1e-5)  # fmt: skip
+        state = out["next"].select(*STATE_KEYS)
+
+
+@functools.cache
+def plain_lstm_batches():
+    """Three batches of the plain loop's ``RecurrentRollout`` on Breakout (4 simulators x 64
+    steps, games cut at 400 frames so that some end inside a batch), and after each simulator
+    step whether a game ended there (over or truncated), as the simulators said."""
+    import numpy as np
+
+    from benchmarks.learning import atari_config
+    from reference.atari import VecAtari
+    from reference.recurrent import AtariLSTMActorCritic, RecurrentRollout
+
+    cfg = atari_config("ppo", "Breakout", 10**6, 0, extra=["--model.recurrent", "lstm",
+                       "--env.max-episode-frames", "400"])  # fmt: skip
+    torch.manual_seed(0)
+    env = VecAtari(cfg.env, 4, 1, seed=0)
+    ended = []
+    step = env.step
+
+    def logged_step(actions):
+        result = step(actions)
+        ended.append(torch.from_numpy(np.asarray(env.ended)).float())
+        return result
+
+    env.step = logged_step
+    model = AtariLSTMActorCritic(env.num_actions, lstm_hidden=16)
+    rollout = RecurrentRollout(env, model, 64, torch.device("cpu"))
+    out = []
+    try:
+        for _ in range(3):
+            rollout.collect()
+            out.append({key: getattr(rollout, key).clone() for key in
+                        ("starts", "dones", "obs", "logp", "values", "actions")})  # fmt: skip
+            out[-1]["first_state"], out[-1]["last_state"] = rollout.first_state, rollout.state
+    finally:
+        env.close()
+    return model, out, torch.stack(ended)
+
+
+def test_the_plain_lstm_loop_starts_episodes_from_zeros_and_carries_lost_lives():
+    """Zeros (a start) at the first reset and exactly on the step after a game ended, in a
+    batch or across two; a lost life is no start."""
+    _, out, ended = plain_lstm_batches()
+    starts = torch.cat([batch["starts"] for batch in out])
+    dones = torch.cat([batch["dones"] for batch in out])
+    assert starts[0].eq(1).all(), "the first reset starts every episode"
+    torch.testing.assert_close(starts[1:], ended[:-1])
+    lost = dones.bool() & ~ended.bool()
+    assert ended[:-1].any() and lost.any(), "need games that end and lives lost"
+
+
+def test_the_plain_lstm_loop_carries_its_state_from_batch_to_batch():
+    _, out, _ = plain_lstm_batches()
+    for previous, batch in zip(out, out[1:], strict=False):
+        for mine, theirs in zip(batch["first_state"], previous["last_state"], strict=True):
+            assert torch.equal(mine, theirs)
+        assert batch["first_state"][0].abs().sum() > 0
+
+
+def test_the_plain_lstm_loop_recomputes_its_collection_over_whole_sequences():
+    """Its updates unroll each sequence from the batch's first state with its starts: on the
+    collected batch that reproduces the collected log-probabilities and values."""
+    model, out, _ = plain_lstm_batches()
+    for batch in out[1:]:
+        with torch.no_grad():
+            logits, values, _ = model.unroll(batch["obs"], batch["first_state"], batch["starts"])
+        logp = torch.distributions.Categorical(logits=logits).log_prob(batch["actions"])
+        torch.testing.assert_close(logp, batch["logp"], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(values, batch["values"], rtol=1e-5, atol=1e-5)
