@@ -104,11 +104,12 @@ def choose(choice: str, device: torch.device, conv: bool, acting: bool = False) 
     network has a conv trunk (frames or grids), where the matrix work that bf16 speeds up is;
     ``acting``: the collection policy's small batches.
 
-    auto: bf16 on a GPU that computes it (compute capability 8.0+) and, for the learner, on a
-    CPU with native bf16 instructions (AVX-512 BF16 or AMX, which oneDNN uses), for conv trunks
-    only; otherwise fp32. A CPU without them emulates bf16 through fp32 and is slower than fp32;
-    small MLPs (CartPole) gain nothing and pay autocast's casts; a CPU actor's batches of a few
-    frames ran as fast in bf16 as in fp32. docs/precision.md has the measurements.
+    auto: bf16 for the learner on a CPU with native bf16 instructions (AVX-512 BF16 or AMX,
+    which oneDNN uses), for conv trunks only; otherwise fp32, on a GPU too: there the Atari and
+    MinAtar networks are too small for bf16's matrix units to pay for autocast's casts. A CPU
+    without them emulates bf16 through fp32 and is slower than fp32; small MLPs (CartPole) gain
+    nothing and pay autocast's casts; a CPU actor's batches of a few frames ran as fast in bf16
+    as in fp32. docs/precision.md has the measurements.
     """
     kind = device.type
     if choice == "fp32":
@@ -120,9 +121,10 @@ def choose(choice: str, device: torch.device, conv: bool, acting: bool = False) 
     if acting and kind == "cpu":
         return Precision(None, kind, "auto: acting batches on a CPU gained nothing from bf16")
     if kind == "cuda":
-        if torch.cuda.is_bf16_supported(including_emulation=False):
-            return Precision(torch.bfloat16, kind, "auto: this GPU computes bf16 natively")
-        return Precision(None, kind, "auto: this GPU has no native bf16 (compute capability < 8)")
+        # Measured on an H200 (docs/results/gpu/): the Nature CNN's update at minibatch 256 ran
+        # 0.92x in bf16, a DQN step 0.88x, an acting step 0.64x; networks this small are bound
+        # by kernel launches, not by matrix throughput, and autocast adds casts.
+        return Precision(None, kind, "auto: bf16 ran slower than fp32 for these networks on a GPU")
     if kind == "cpu" and cpu_has_native_bf16():
         return Precision(torch.bfloat16, kind, "auto: this CPU has native bf16 (oneDNN)")
     return Precision(None, kind, f"auto: no native bf16 on {kind}; emulated bf16 is slower")

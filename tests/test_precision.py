@@ -34,6 +34,13 @@ def test_auto_chooses_by_capability_and_network_and_logs_why(monkeypatch):
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
     assert precision.choose("auto", cpu, conv=True).dtype is None  # emulated bf16 is slower
     assert precision.choose("bf16", cpu, conv=False).dtype is torch.bfloat16  # as asked
+    # A GPU with native bf16: fp32 all the same (measured slower there for these networks).
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    cuda = torch.device("cuda")
+    for acting in (False, True):
+        chosen = precision.choose("auto", cuda, conv=True, acting=acting)
+        assert chosen.dtype is None and "slower than fp32" in chosen.reason
+    assert precision.choose("bf16", cuda, conv=True).dtype is torch.bfloat16  # as asked
     cfg = ppo_atari.Config(device="cpu", precision=PrecisionConfig(learner="auto", actor="auto"))
     plan = precision.plan(cfg, (4, 84, 84), cpu)
     seen: list[str] = []
