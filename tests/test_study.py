@@ -5,6 +5,7 @@ tiny grid run for real through submitit's local executor, then reported."""
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 from accelrl.run_lock import FolderLock
 from accelrl.study.__main__ import main
 from accelrl.study.grid import FINISHED, NEW, RESUME, RUNNING, cell_state, load_grid
+from accelrl.study.keep import thin
 from accelrl.study.report import report, window_score
 from accelrl.study.runner import plan_cells
 from tests.helpers import run_main
@@ -308,6 +310,74 @@ def test_tiny_grid_runs_locally_then_skips_then_reports(tmp_path, capsys, monkey
     assert code == 0, err
     assert "| big | 2,048 (100%) | CartPole-v1 | 1/1 |" in out
     assert (study_dir / "report" / "ppo-CartPole-v1.png").stat().st_size > 10_000
+
+
+def test_kept_cells_carry_a_study_to_a_folder_that_has_lost_its_runs(tmp_path, capsys):
+    """``run --keep``: a finished cell is kept small (no checkpoints), a study folder that is
+    gone (another machine, a wiped scratch space) continues from the kept folder alone, and the
+    kept folder reports the same scores as the study folder did."""
+    path = write_grid(tmp_path, GRID.replace("seeds = [0, 1]", "seeds = [0]"))
+    study_dir, kept = tmp_path / "s", tmp_path / "kept"
+    small = "ppo/small/CartPole-v1/seed0"
+    code, out, err = study(capsys, "run", str(path), "--dir", str(study_dir), "--keep",
+                           str(kept), "--only", "ppo/small/*")  # fmt: skip
+    assert code == 0, out + err
+    assert f"kept {small} in {kept}" in out
+    files = sorted(f.name for f in (kept / small).iterdir())
+    assert files == ["episodes.csv", "eval.csv", "metrics.csv", "summary.json"]
+    with open(kept / small / "metrics.csv") as fh:
+        assert next(csv.reader(fh)) == ["frames", "time_s"]
+    code, _, err = study(capsys, "report", str(study_dir), "-o", str(tmp_path / "r1"))
+    assert code == 0, err
+
+    shutil.rmtree(study_dir)
+    code, out, _ = study(capsys, "run", str(path), "--dir", str(study_dir), "--keep",
+                         str(kept), "--dry-run")  # fmt: skip
+    assert "2 cells: 1 finished (1 in the kept folder) (skipped), 0 to resume, 1 new" in out
+    assert f"kept     {small}\n" in out
+    code, out, err = study(capsys, "run", str(path), "--dir", str(study_dir), "--keep", str(kept))
+    assert code == 0, out + err
+    assert "1 cell(s) run, 0 failed" in out and "kept ppo/big/CartPole-v1/seed0" in out
+    assert not (study_dir / small).exists()
+    code, _, err = study(capsys, "report", str(kept), "-o", str(tmp_path / "r2"))
+    assert code == 0, err
+
+    def rows(folder: Path, setting: str) -> list[dict]:
+        with open(folder / "scores.csv") as fh:
+            return [r for r in csv.DictReader(fh) if r["setting"] == setting]
+
+    assert rows(tmp_path / "r1", "small") == rows(tmp_path / "r2", "small")
+    assert len(rows(tmp_path / "r2", "big")) == 3 and rows(tmp_path / "r2", "big")[-1]["score"]
+
+
+def test_pack_keeps_only_finished_cells_and_refuses_a_folder_inside_the_study(tmp_path, capsys):
+    grid = load_grid(write_grid(tmp_path), tmp_path / "s")
+    grid.write_record()
+    done, stopped = grid.cells()[:2]
+    for cell, frames in ((done, 2048), (stopped, 1024)):
+        fake_checkpoint(cell.run_dir, frames)
+        (cell.run_dir / "summary.json").write_text(json.dumps({"frames": frames}))
+        (cell.run_dir / "episodes.csv").write_text("frames,return,length\n64,9.0,9\n128,12.5,12\n")
+        rows = "".join(f"{f},{f / 100},0.5\n" for f in range(64, frames + 1, 64))
+        (cell.run_dir / "metrics.csv").write_text("frames,time_s,loss\n" + rows)
+    code, out, _ = study(capsys, "pack", str(grid.dir), "-o", str(tmp_path / "kept"))
+    assert code == 0 and "1 finished cell(s) added" in out and done.name in out
+    kept = tmp_path / "kept" / done.name
+    assert (kept / "episodes.csv").read_text() == "frames,return\n64,9.0\n128,12.5\n"
+    assert not (tmp_path / "kept" / stopped.name).exists()
+    assert not (kept / "checkpoints").exists()
+    code, out, _ = study(capsys, "pack", str(grid.dir), "-o", str(tmp_path / "kept"))
+    assert "0 finished cell(s) added" in out  # already kept
+    code, _, err = study(capsys, "pack", str(grid.dir), "-o", str(grid.dir / "kept"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "inside the study folder" in err
+
+
+def test_kept_metrics_are_thinned_evenly_and_keep_the_last_row():
+    rows = [[str(f), str(f / 10)] for f in range(0, 100_001, 16)]
+    thinned = thin(rows, 100_000, keep=100)
+    assert 95 <= len(thinned) <= 102 and thinned[0] == rows[0] and thinned[-1] == rows[-1]
+    steps = [float(r[0]) // 1000 for r in thinned[:-1]]
+    assert steps == sorted(set(steps))  # one row per 1,000 frames
 
 
 @pytest.mark.slow

@@ -4,7 +4,8 @@ SLURM job arrays through ``slurm.launch``, and the report that compares the sett
     python -m accelrl.study run studies/minatar_batch.toml        # resumable; Ctrl-C stops
     python -m accelrl.study run studies/minatar_batch.toml --print-array   # SLURM, printed
     python -m accelrl.study report runs/minatar_batch
+    python -m accelrl.study pack runs/minatar_batch -o KEPT    # finished cells, small
 
 The grid file format: ``accelrl.study.grid``; running: ``accelrl.study.runner``; the report:
-``accelrl.study.report``.
+``accelrl.study.report``; finished cells kept small to carry or commit: ``accelrl.study.keep``.
 """

@@ -1,4 +1,5 @@
-"""python -m accelrl.study run GRID.toml | report STUDY_DIR (see ``accelrl.study``)."""
+"""python -m accelrl.study run GRID.toml | pack STUDY_DIR -o KEPT | report STUDY_DIR (see
+``accelrl.study``)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,13 @@ def parser() -> argparse.ArgumentParser:
         help="only cells whose name (algorithm/setting/game/seedN) matches, e.g. 'dqn/*'; "
         "repeatable",
     )
+    run.add_argument(
+        "--keep",
+        metavar="KEPT",
+        help="a folder of finished cells kept small (no checkpoints or replay; "
+        "accelrl.study.keep): its cells are skipped, and the study folder's finished cells, "
+        "then each cell as it finishes, are added to it; `report KEPT` reads it",
+    )
     where = run.add_mutually_exclusive_group()
     where.add_argument(
         "--dry-run", action="store_true", help="list each cell, its state and command; run none"
@@ -72,6 +80,15 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--slurm", action="store_true", help="submit the cells as SLURM job arrays (slurm.launch)"
     )
+    pack = sub.add_parser(
+        "pack",
+        help="keep a study folder's finished cells small, in a folder of their own",
+        description="Add every finished cell of STUDY_DIR to KEPT with only what `report` reads "
+        "(summary.json, episodes' frames and returns, metrics' frames and time, evaluations): "
+        "a folder small enough to commit or carry, which `run --keep KEPT` continues from.",
+    )
+    pack.add_argument("study_dir", help="the study folder that `run` wrote")
+    pack.add_argument("-o", "--out", required=True, metavar="KEPT", help="the kept folder")
     rep = sub.add_parser(
         "report",
         help="curves and a score table of a study folder",
@@ -108,6 +125,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "pack":
+            from pathlib import Path
+
+            from accelrl.study.keep import pack_study
+
+            added = pack_study(Path(args.study_dir), Path(args.out))
+            print(f"{args.out}: {len(added)} finished cell(s) added" +
+                  "".join(f"\n  {name}" for name in added))  # fmt: skip
+            return 0
         from accelrl.study.report import report
 
         report(args.study_dir, args.out, fractions=args.fractions, window=args.window,
@@ -139,8 +165,17 @@ def _run(args: argparse.Namespace) -> int:
     if args.frames is not None and grid.dir == load_grid(args.grid).dir:
         raise GridError(f"--frames {args.frames}: --dir {args.dir} is the study's own folder; "
                         "give the trial a folder of its own")  # fmt: skip
+    kept = None
+    if args.keep is not None:
+        from pathlib import Path
+
+        from accelrl.study.keep import check_kept_folder
+
+        kept = Path(args.keep).absolute()
+        check_kept_folder(kept, grid.dir)
     on_slurm = args.slurm or args.print_array
-    planned = plan_cells(grid, threads=args.threads, runs_here=not on_slurm, only=args.only)
+    planned = plan_cells(grid, threads=args.threads, runs_here=not on_slurm, only=args.only,
+                         kept=kept)  # fmt: skip
     print(f"study {grid.dir}: {describe_plan(planned)}", flush=True)
     if on_slurm:
         return run_slurm(grid, planned, dry_run=args.print_array)
@@ -154,7 +189,8 @@ def _run(args: argparse.Namespace) -> int:
     parallel = args.parallel or cpu_parallel(args.threads)
     print(f"running {parallel} cell(s) at a time, {args.threads} torch thread(s) each; "
           f"logs in {grid.dir / 'logs'}", flush=True)  # fmt: skip
-    return run_local(grid, planned, parallel=parallel, out=lambda s: print(s, flush=True))
+    return run_local(grid, planned, parallel=parallel, out=lambda s: print(s, flush=True),
+                     kept=kept)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -304,6 +304,8 @@ def _flags(value: Any, where: str) -> tuple[str, ...]:
 # cell states
 
 FINISHED, RUNNING, RESUME, NEW = "finished", "running", "resume", "new"
+KEPT = "kept"
+"""Finished in a kept folder (``accelrl.study.keep``), not in the study folder."""
 
 
 def summary_frames(run_dir: Path) -> int | None:

@@ -24,7 +24,17 @@ from typing import Any
 
 import submitit
 
-from accelrl.study.grid import FINISHED, RESUME, RUNNING, Cell, Grid, GridError, cell_state
+from accelrl.study import keep
+from accelrl.study.grid import (
+    FINISHED,
+    KEPT,
+    RESUME,
+    RUNNING,
+    Cell,
+    Grid,
+    GridError,
+    cell_state,
+)
 from slurm import launch
 from slurm.plan import LaunchError, PlannedRun, load_recipe, plan_runs
 
@@ -46,11 +56,17 @@ class PlannedCell:
 
 
 def plan_cells(
-    grid: Grid, *, threads: int | None, runs_here: bool, only: Sequence[str] = ()
+    grid: Grid,
+    *,
+    threads: int | None,
+    runs_here: bool,
+    only: Sequence[str] = (),
+    kept: Path | None = None,
 ) -> list[PlannedCell]:
     """Every cell (those matching an ``only`` pattern, when given) with its state; the cells to
-    run get their config, parsed and validated by their recipe. Raises ``GridError`` (one line
-    naming the cell) before anything runs."""
+    run get their config, parsed and validated by their recipe. A cell that the ``kept`` folder
+    holds finished (``accelrl.study.keep``) is ``kept`` and does not run. Raises ``GridError``
+    (one line naming the cell) before anything runs."""
     cells = [c for c in grid.cells() if not only or any(fnmatch(c.name, p) for p in only)]
     if not cells:
         raise GridError(
@@ -63,12 +79,15 @@ def plan_cells(
             recipes[algo.name] = load_recipe(algo.recipe)
         except LaunchError as err:
             raise GridError(f"{grid.path} [algorithms.{algo.name}] recipe: {err}") from None
+    kept_names = keep.kept_cells(kept, grid.record()) if kept is not None else set()
     planned = []
     for cell in cells:
         state = cell_state(cell)
+        if state != FINISHED and cell.name in kept_names:
+            state = KEPT
         run = None
         args = cell.recipe_args(threads) + (["--resume"] if state == RESUME else [])
-        if state not in (FINISHED, RUNNING):
+        if state not in (FINISHED, KEPT, RUNNING):
             recipe = recipes[cell.algorithm.name]
             try:
                 (run,) = plan_runs(recipe, args, [], runs_here=runs_here, prog=recipe.__name__)
@@ -97,10 +116,11 @@ def run_order(planned: Sequence[PlannedCell]) -> list[PlannedCell]:
 
 
 def describe_plan(planned: Sequence[PlannedCell]) -> str:
-    counts = {s: sum(p.state == s for p in planned) for s in ("finished", "resume", "new")}
+    counts = {s: sum(p.state == s for p in planned) for s in (FINISHED, KEPT, "resume", "new")}
     running = sum(p.state == RUNNING for p in planned)
-    text = (f"{len(planned)} cells: {counts['finished']} finished (skipped), {counts['resume']} "
-            f"to resume, {counts['new']} new")  # fmt: skip
+    kept = f" ({counts[KEPT]} in the kept folder)" if counts[KEPT] else ""
+    text = (f"{len(planned)} cells: {counts[FINISHED] + counts[KEPT]} finished{kept} (skipped), "
+            f"{counts['resume']} to resume, {counts['new']} new")  # fmt: skip
     return text + (f", {running} running elsewhere (skipped)" if running else "")
 
 
@@ -150,15 +170,21 @@ def run_local(
     *,
     parallel: int,
     out: Callable[[str], None] = print,
+    kept: Path | None = None,
 ) -> int:
     """Run the cells that need it, ``parallel`` at a time, each as a submitit local job;
-    returns the exit code (0 all finished, 1 a cell failed, 128 + signal when stopped)."""
+    returns the exit code (0 all finished, 1 a cell failed, 128 + signal when stopped). With
+    ``kept``, the study folder's finished cells are kept there first, then each cell as it
+    finishes."""
     queue = run_order(planned)
     total, started, failed = len(queue), 0, 0
     running: list[tuple[PlannedCell, submitit.Job]] = []
     stop = _StopRequest()
     forwarded = False
     grid.write_record()
+    if kept is not None:
+        added = keep.pack_study(grid.dir, kept, grid.record())
+        out(f"kept folder {kept}: {len(added)} finished cell(s) of {grid.dir} added")
     try:
         # After a stop only the running cells are waited for; the queue stays unstarted.
         while running or (queue and stop.signum is None):
@@ -180,6 +206,8 @@ def run_local(
             for p, job in [r for r in running if r[1].done()]:
                 running.remove((p, job))
                 failed += not _report_end(p, job, out)
+                if kept is not None and keep.keep_grid_cell(grid, kept, p.cell.name):
+                    out(f"kept {p.cell.name} in {kept}")
             if running:
                 time.sleep(POLL_S)
     finally:
