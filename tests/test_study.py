@@ -109,6 +109,17 @@ BAD_GRIDS = [
 ]
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "studies").glob("*.toml")), ids=lambda p: p.name)
+def test_the_shipped_grids_plan_every_cell(path, tmp_path):
+    """Every grid under studies/ parses, and each cell's flags pass its recipe's parser and
+    checks (as a SLURM array would plan them), so a grid cannot rot while no one runs it."""
+    grid = load_grid(path, tmp_path / "s")
+    planned = plan_cells(grid, threads=1, runs_here=False)
+    assert len(planned) == len(grid.cells()) >= 2 and all(p.run is not None for p in planned)
+    for algo in grid.algorithms.values():
+        assert algo.standard in algo.settings
+
+
 @pytest.mark.parametrize("text, message", BAD_GRIDS)
 def test_bad_grid_is_refused_in_one_line_before_anything_runs(text, message, tmp_path, capsys):
     path = write_grid(tmp_path, text)
