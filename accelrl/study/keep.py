@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from accelrl.study.grid import RECORD_NAME, Grid, GridError, cell_folder, summary_frames
+from accelrl.study.grid import RECORD_NAME, Cell, Grid, GridError, cell_folder, summary_frames
 
 METRICS_ROWS = 1000
 """At most about this many metrics.csv rows are kept per cell (evenly over its frames, and the
@@ -126,12 +126,11 @@ def pack_study(study_dir: Path, kept: Path, record: dict | None = None) -> list[
     return added
 
 
-def keep_grid_cell(grid: Grid, kept: Path, name: str) -> bool:
-    """Keep the grid's cell ``name`` when its run finished its budget; True when kept."""
-    (cell,) = [c for c in grid.cells() if c.name == name]
+def keep_grid_cell(grid: Grid, kept: Path, cell: Cell) -> bool:
+    """Keep the grid's ``cell`` when its run finished its budget; True when kept."""
     frames = summary_frames(cell.run_dir)
     if frames is None or frames < cell.algorithm.frames:
         return False
     write_record(kept, grid.record())
-    pack_cell(cell.run_dir, kept / name, cell.algorithm.frames)
+    pack_cell(cell.run_dir, kept / cell.name, cell.algorithm.frames)
     return True

@@ -206,7 +206,7 @@ def run_local(
             for p, job in [r for r in running if r[1].done()]:
                 running.remove((p, job))
                 failed += not _report_end(p, job, out)
-                if kept is not None and keep.keep_grid_cell(grid, kept, p.cell.name):
+                if kept is not None and keep.keep_grid_cell(grid, kept, p.cell):
                     out(f"kept {p.cell.name} in {kept}")
             if running:
                 time.sleep(POLL_S)
