@@ -322,3 +322,25 @@ def test_a_run_pinned_to_one_core_warns_once(tmp_path):
     warnings = [ln for ln in out.stderr.splitlines() if "collector worker process(es)" in ln]
     assert len(warnings) == 1, out.stderr[-2000:]
     assert "rank 0: 1 core(s) for 1 learner + 2 collector worker" in warnings[0]
+
+
+def test_worker_processes_sample_the_same_actions_in_two_runs():
+    """Each worker seeds its generators from its simulators' seed: the policy's sampled actions
+    repeat from run to run (they came from randomly seeded generators before)."""
+
+    def first_batches():
+        torch.manual_seed(0)
+        model = make_actor_critic("observation", (4,), 2)
+        collector = cartpole_collector(model, 2, steps_per_batch=128)
+        try:
+            batches = iter(collector)
+            return [next(batches)["action"].clone() for _ in range(2)]
+        finally:
+            collector.shutdown()
+
+    one, two = first_batches(), first_batches()
+    assert one[0].shape == (2, 4, 16)
+    for a, b in zip(one, two, strict=True):
+        assert torch.equal(a, b)
+    # the two workers do not share one stream of actions
+    assert not torch.equal(one[0][0], one[0][1])

@@ -11,10 +11,13 @@ its simulators on the GPU while they step on CPU threads.
 from __future__ import annotations
 
 import functools
+import multiprocessing
+import random
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
@@ -47,6 +50,13 @@ def _worker_env(
     torch.set_num_threads(torch_threads)
     if in_worker:
         leave_ctrl_c_to_the_learner()
+    if in_worker and multiprocessing.parent_process() is not None:
+        # A worker process starts with randomly seeded generators, and its policy samples the
+        # actions from torch's: seeded from its simulators' seed, the sampling follows the
+        # run's seed. (Not in the learner's process, should a collector build an env there.)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
     return make_env(env_cfg, seed=seed, num_envs=num_envs, sim_threads=sim_threads, state=state)
 
 
