@@ -294,6 +294,27 @@ def test_report_scores_settings_relative_to_the_standard_with_intervals(tmp_path
     assert sorted(p.name for p in out.glob("*.png")) == ["dqn-G1.png", "dqn-G2.png"]
 
 
+def test_report_of_some_algorithms_leaves_the_others_out(tmp_path, capsys):
+    settings = {"s": [], "b": ["--x"]}
+    one = {"recipe": "r", "frames": 1000, "standard": "s", "flags": [], "settings": settings,
+           "games": ["G"], "seeds": [0]}  # fmt: skip
+    record = {"grid": "g.toml", "algorithms": {"dqn": one, "ppo": one}}
+    (tmp_path / "study.json").write_text(json.dumps(record))
+    for algo in ("dqn", "ppo"):
+        for setting in settings:
+            write_run(tmp_path / f"{algo}/{setting}/G/seed0", [(900, 1.0), (1000, 2.0)], 1000)
+    code, out, err = study(capsys, "report", str(tmp_path), "--algorithms", "ppo", "--reps", "50")
+    assert code == 0, err
+    report_dir = tmp_path / "report"
+    text = (report_dir / "report.md").read_text()
+    assert "## ppo" in text and "## dqn" not in text and "dqn/" not in text
+    assert [p.name for p in report_dir.glob("*.png")] == ["ppo-G.png"]
+    assert {row["algorithm"] for row in csv.DictReader(open(report_dir / "scores.csv"))} == {"ppo"}
+    code, _, err = study(capsys, "report", str(tmp_path), "--algorithms", "dqn,c51")
+    assert code == 2 and err.count("\n") == 1
+    assert "--algorithms dqn,c51: the study has dqn, ppo" in err
+
+
 def test_report_of_a_folder_without_a_study_is_one_line(tmp_path, capsys):
     code, _, err = study(capsys, "report", str(tmp_path))
     assert code == 2 and err.count("\n") == 1 and "not a study folder" in err

@@ -113,6 +113,11 @@ def parser() -> argparse.ArgumentParser:
         help="episodes ending in this fraction of the budget up to a point score it (default 0.05)",
     )
     rep.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    rep.add_argument(
+        "--algorithms",
+        type=lambda text: [a for a in text.split(",") if a],
+        help="only these algorithms of the grid, e.g. dqn,c51 (default: all)",
+    )
     return p
 
 
@@ -137,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from accelrl.study.report import report
 
         report(args.study_dir, args.out, fractions=args.fractions, window=args.window,
-               reps=args.reps)  # fmt: skip
+               reps=args.reps, algorithms=args.algorithms)  # fmt: skip
         return 0
     except (GridError, StudyReportError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)

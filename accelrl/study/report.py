@@ -333,16 +333,23 @@ def report(
     fractions: Sequence[float] = (0.25, 0.5, 1.0),
     window: float = 0.05,
     reps: int = 2000,
+    algorithms: Sequence[str] | None = None,
     say: Callable[[str], None] = print,
 ) -> list[Row]:
     """Write ``report.md``, ``scores.csv`` and ``<algorithm>-<game>.png`` to ``out`` (default
-    STUDY_DIR/report); returns the table's rows."""
+    STUDY_DIR/report) for the grid's ``algorithms`` (None: all); returns the table's rows."""
     study_dir = Path(study_dir)
     if not all(0 < f <= 1 for f in fractions):
         raise StudyReportError(f"--fractions {list(fractions)}: each must be in (0, 1]")
     if not 0 < window <= 1:
         raise StudyReportError(f"--window {window}: a fraction of the budget in (0, 1]")
     record = read_record(study_dir)
+    if algorithms is not None:
+        unknown = [a for a in algorithms if a not in record["algorithms"]]
+        if unknown or not algorithms:
+            raise StudyReportError(f"--algorithms {','.join(algorithms)}: the study has "
+                                   f"{', '.join(record['algorithms'])}")  # fmt: skip
+        record = {**record, "algorithms": {a: record["algorithms"][a] for a in algorithms}}
     out = Path(out) if out is not None else study_dir / "report"
     runs, missing = read_cells(study_dir, record)
     rows = score_table(runs, record, fractions, window, reps)
