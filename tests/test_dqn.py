@@ -47,6 +47,25 @@ def test_large_batch_presets_scale_simulators_and_learning_rate():
     assert small.dqn.batch_size == 512 and small.env.num_envs == 64
 
 
+@pytest.mark.parametrize("preset", ["dqn-512", "cat-dqn-2048", "rainbow-512"])
+def test_large_batch_presets_copy_the_target_as_often_per_frame_as_the_defaults(preset):
+    """Agent steps between target copies: updates between copies x agent steps per update
+    (batch / intensity). The presets keep the defaults' 8,000 (2000 updates at batch 32)."""
+
+    def steps_between_copies(cfg):
+        return cfg.dqn.target_update_interval * cfg.dqn.batch_size / cfg.dqn.training_intensity
+
+    default = resolve(Config())
+    large = resolve(Config(dqn=DQNConfig(preset=preset)))
+    assert steps_between_copies(default) == 8000
+    assert steps_between_copies(large) == pytest.approx(8000, rel=0.01)
+    # and the recipe's updates per batch give the same: one update per batch / intensity steps
+    per_batch = (
+        large.dqn.training_intensity * large.collector.steps_per_batch / large.dqn.batch_size
+    )
+    assert large.collector.steps_per_batch / per_batch == large.dqn.batch_size / 8
+
+
 @pytest.mark.parametrize(
     "changes,field",
     [
