@@ -96,9 +96,8 @@ def large_batch(batch_size: int, lr_at_32: float) -> dict:
     updates. At the same training intensity an update of ``batch_size`` comes once per
     ``batch_size / 8`` agent steps, so the copy stays every 8,000 agent steps, as at batch 32
     with the default 2000 updates. Kept at batch 32's count of updates, batch 512 copied it
-    16x less often per frame and scored 0.60x batch 32's on MinAtar Breakout; copied as
-    often per frame, 0.88x
-    (docs/results/large-batches.md)."""
+    16x less often per frame and scored 0.60x batch 32's on MinAtar Breakout; copied as often
+    per frame, 0.88x (docs/results/large-batches.md)."""
     return dict(
         batch_size=batch_size,
         lr=lr_at_32 * math.sqrt(batch_size / 32),
