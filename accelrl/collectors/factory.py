@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
-import random
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 import torch
 from tensordict import TensorDictBase
 from torchrl.collectors import Collector, MultiAsyncCollector, MultiSyncCollector
@@ -54,9 +52,9 @@ def _worker_env(
         # A worker process starts with randomly seeded generators, and its policy samples the
         # actions from torch's: seeded from its simulators' seed, the sampling follows the
         # run's seed. (Not in the learner's process, should a collector build an env there.)
-        random.seed(seed)
-        np.random.seed(seed % 2**32)
-        torch.manual_seed(seed)
+        from accelrl.process import seed_everything  # here: accelrl.process imports this package
+
+        seed_everything(seed)
     return make_env(env_cfg, seed=seed, num_envs=num_envs, sim_threads=sim_threads, state=state)
 
 
