@@ -404,6 +404,52 @@ def test_pack_keeps_only_finished_cells_and_refuses_a_folder_inside_the_study(tm
     assert code == 2 and len(err.strip().splitlines()) == 1 and "inside the study folder" in err
 
 
+def test_a_grid_that_grew_or_shrank_keeps_every_cell_of_the_folder_in_its_record(tmp_path):
+    """The record is merged, not replaced: a run of an older or newer version of the grid into
+    the same study or kept folder leaves every setting, game and seed there in the report."""
+    first = load_grid(write_grid(tmp_path), tmp_path / "s")
+    first.write_record()
+    grown = GRID.replace("seeds = [0, 1]", "seeds = [0, 2]").replace(
+        'big = "--collector.steps-per-batch 256 --env.num-envs 16"',
+        'huge = "--collector.steps-per-batch 512 --env.num-envs 32"',
+    )
+    second = load_grid(write_grid(tmp_path, grown, "grown.toml"), tmp_path / "s")
+    second.write_record()
+    record = json.loads((tmp_path / "s" / "study.json").read_text())
+    ppo = record["algorithms"]["ppo"]
+    assert list(ppo["settings"]) == ["small", "huge", "big"]
+    assert ppo["settings"]["big"] == ["--collector.steps-per-batch", "256", "--env.num-envs", "16"]
+    assert ppo["seeds"] == [0, 2, 1] and record["grid"].endswith("grown.toml")
+    first.write_record()  # the older grid again: still every setting
+    assert set(json.loads((tmp_path / "s" / "study.json").read_text())["algorithms"]["ppo"][
+        "settings"]) == {"small", "big", "huge"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (('small = "--collector.steps-per-batch 64"', 'small = "--collector.steps-per-batch 32"'),
+         "setting ppo/small: flags '--collector.steps-per-batch 32' in the grid, but its cells in"),
+        (("frames = 2048", "frames = 4096"), "algorithm ppo: frames 4096 in the grid, but its"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("folder", ["dir", "keep"])
+def test_a_setting_whose_flags_changed_under_its_name_is_refused(
+    change, message, folder, tmp_path, capsys
+):
+    first = load_grid(write_grid(tmp_path), tmp_path / "s")
+    where = {"dir": tmp_path / "s", "keep": tmp_path / "kept"}[folder]
+    from accelrl.study.grid import write_record
+
+    write_record(where, first.record())
+    changed = write_grid(tmp_path, GRID.replace(*change), "changed.toml")
+    code, out, err = study(capsys, "run", str(changed), "--dir", str(tmp_path / "s"), "--keep",
+                           str(tmp_path / "kept"), "--dry-run")  # fmt: skip
+    assert code == 2 and err.count("\n") == 1, out + err
+    assert message in err and str(where) in err
+    assert "study" not in out  # refused before the plan
+
+
 def test_kept_metrics_are_thinned_evenly_and_keep_the_last_row():
     rows = [[str(f), str(f / 10)] for f in range(0, 100_001, 16)]
     thinned = thin(rows, 100_000, keep=100)

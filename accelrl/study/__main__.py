@@ -150,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from accelrl.study.grid import GridError, load_grid
+    from accelrl.study.grid import GridError, load_grid, merged_record
     from accelrl.study.runner import (
         command_line,
         cpu_parallel,
@@ -178,6 +178,9 @@ def _run(args: argparse.Namespace) -> int:
 
         kept = Path(args.keep).absolute()
         check_kept_folder(kept, grid.dir)
+    for folder in (grid.dir, kept):  # cells run with other flags under the same names: refuse
+        if folder is not None:
+            merged_record(folder, grid.record())
     on_slurm = args.slurm or args.print_array
     planned = plan_cells(grid, threads=args.threads, runs_here=not on_slurm, only=args.only,
                          kept=kept)  # fmt: skip

@@ -61,7 +61,8 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _STUDY_KEYS = {"games", "seeds", "flags", "dir"}
 _ALGO_KEYS = {"recipe", "frames", "flags", "standard", "settings", "games", "seeds"}
 RECORD_NAME = "study.json"
-"""The grid as the latest ``run`` resolved it, in the study folder (what ``report`` reads)."""
+"""The grid as the ``run`` commands resolved it, in the study folder (what ``report`` reads):
+the latest grid, with the algorithms, settings, games and seeds earlier runs had and it lacks."""
 
 
 @dataclass(frozen=True)
@@ -144,10 +145,75 @@ class Grid:
         }
 
     def write_record(self) -> Path:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / RECORD_NAME
-        path.write_text(json.dumps(self.record(), indent=2) + "\n")
-        return path
+        """Write the record into the study folder, merged with the one there
+        (``merged_record``)."""
+        return write_record(self.dir, self.record())
+
+
+def _union(first: list, second: list) -> list:
+    return list(first) + [x for x in second if x not in first]
+
+
+def merged_record(folder: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` merged with the one ``folder`` already holds, so that a grid which grew (a new
+    setting, game or seed) or shrank keeps every cell the folder has in its report: algorithms,
+    settings, games and seeds are the union, the grid's first. A GridError (one line) when the
+    folder's cells ran differently from what the grid now says under the same name (another
+    recipe, budget, or flags), since the report would describe them wrongly."""
+    path = folder / RECORD_NAME
+    try:
+        held = json.loads(path.read_text())
+    except FileNotFoundError:
+        return record
+    except (OSError, ValueError) as err:
+        raise GridError(f"{path}: unreadable ({err}); remove it if the folder's cells are gone, "
+                        "or restore it") from None  # fmt: skip
+    merged = {"grid": record["grid"], "algorithms": {}}
+    new, old = record["algorithms"], held.get("algorithms", {})
+    for name in _union(list(new), list(old)):
+        if name not in new or name not in old:
+            merged["algorithms"][name] = new.get(name) or old[name]
+            continue
+        a, b = new[name], old[name]
+        for key in ("recipe", "frames", "flags"):
+            if a[key] != b.get(key):
+                raise GridError(
+                    f"algorithm {name}: {key} {_shown(a[key])} in the grid, but its cells in "
+                    f"{folder} ran with {_shown(b.get(key))}; give it another name in the grid "
+                    "or use another folder"
+                )
+        settings = dict(a["settings"])
+        for setting, flags in b.get("settings", {}).items():
+            if setting in settings and settings[setting] != flags:
+                raise GridError(
+                    f"setting {name}/{setting}: flags {_shown(settings[setting])} in the grid, "
+                    f"but its cells in {folder} ran with {_shown(flags)}; give the new flags a "
+                    "setting name of their own"
+                )
+            settings.setdefault(setting, flags)
+        merged["algorithms"][name] = {
+            **a,
+            "settings": settings,
+            "games": _union(a["games"], b.get("games", [])),
+            "seeds": _union(a["seeds"], b.get("seeds", [])),
+        }
+    return merged
+
+
+def _shown(value: Any) -> str:
+    return repr(shlex.join(value)) if isinstance(value, list) else repr(value)
+
+
+def write_record(folder: Path, record: dict[str, Any]) -> Path:
+    """Write ``record`` (merged with the folder's, ``merged_record``) as the folder's
+    ``study.json``, through a temporary file."""
+    merged = merged_record(folder, record)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / RECORD_NAME
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
 
 
 def cell_folder(algorithm: str, setting: str, game: str, seed: int) -> str:

@@ -24,7 +24,15 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from accelrl.study.grid import RECORD_NAME, Cell, Grid, GridError, cell_folder, summary_frames
+from accelrl.study.grid import (
+    RECORD_NAME,
+    Cell,
+    Grid,
+    GridError,
+    cell_folder,
+    summary_frames,
+    write_record,
+)
 
 METRICS_ROWS = 1000
 """At most about this many metrics.csv rows are kept per cell (evenly over its frames, and the
@@ -77,11 +85,6 @@ def pack_cell(run_dir: Path, dest: Path, budget: int) -> None:
     if (run_dir / "eval.csv").is_file():
         _write_atomic(dest / "eval.csv", (run_dir / "eval.csv").read_text(encoding="utf-8"))
     _write_atomic(dest / "summary.json", (run_dir / "summary.json").read_text(encoding="utf-8"))
-
-
-def write_record(kept: Path, record: dict) -> None:
-    kept.mkdir(parents=True, exist_ok=True)
-    _write_atomic(kept / RECORD_NAME, json.dumps(record, indent=2) + "\n")
 
 
 def check_kept_folder(kept: Path, study_dir: Path) -> None:
