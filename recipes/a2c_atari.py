@@ -1,7 +1,7 @@
 """A2C on Atari (Mnih et al. 2016, synchronous), batched as in Stooke & Abbeel (2018).
 
     python recipes/a2c_atari.py                        # Pong, 10M frames, 16 envs x 5 steps
-    python recipes/a2c_atari.py --env.num-envs 64 --collector.steps-per-batch 320 --a2c.lr 1.4e-3
+    python recipes/a2c_atari.py --env.num-envs 64 --collector.steps-per-batch 320 --a2c.lr 2.8e-3
     python recipes/a2c_atari.py --collector.kind async --collector.num-workers 2   # A3C-style
     python recipes/a2c_atari.py --help                 # every knob
 
