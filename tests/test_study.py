@@ -381,6 +381,12 @@ def test_kept_cells_carry_a_study_to_a_folder_that_has_lost_its_runs(tmp_path, c
     assert rows(tmp_path / "r1", "small") == rows(tmp_path / "r2", "small")
     assert len(rows(tmp_path / "r2", "big")) == 3 and rows(tmp_path / "r2", "big")[-1]["score"]
 
+    # A study with nothing left to run still keeps its finished cells in a new kept folder.
+    code, out, _ = study(capsys, "run", str(path), "--dir", str(study_dir), "--keep",
+                         str(tmp_path / "kept2"), "--only", "ppo/big/*")  # fmt: skip
+    assert code == 0 and "nothing to run" in out and "1 finished cell(s)" in out
+    assert (tmp_path / "kept2" / "ppo/big/CartPole-v1/seed0/summary.json").exists()
+
 
 def test_pack_keeps_only_finished_cells_and_refuses_a_folder_inside_the_study(tmp_path, capsys):
     grid = load_grid(write_grid(tmp_path), tmp_path / "s")

@@ -192,6 +192,12 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{p.state:8s} {p.cell.name}" + (f"\n  {command_line(p)}" if p.run else ""))
         return 0
     if not any(p.run for p in planned):
+        if kept is not None:  # finished cells still go to the kept folder
+            from accelrl.study.keep import pack_study
+
+            grid.write_record()
+            added = pack_study(grid.dir, kept, grid.record())
+            print(f"kept folder {kept}: {len(added)} finished cell(s) of {grid.dir} added")
         print("nothing to run")
         return 0
     parallel = args.parallel or cpu_parallel(args.threads)
