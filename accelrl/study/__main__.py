@@ -155,6 +155,7 @@ def _run(args: argparse.Namespace) -> int:
         command_line,
         cpu_parallel,
         describe_plan,
+        keep_finished,
         plan_cells,
         run_local,
         run_slurm,
@@ -193,11 +194,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if not any(p.run for p in planned):
         if kept is not None:  # finished cells still go to the kept folder
-            from accelrl.study.keep import pack_study
-
-            grid.write_record()
-            added = pack_study(grid.dir, kept, grid.record())
-            print(f"kept folder {kept}: {len(added)} finished cell(s) of {grid.dir} added")
+            keep_finished(grid, kept)
         print("nothing to run")
         return 0
     parallel = args.parallel or cpu_parallel(args.threads)

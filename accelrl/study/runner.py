@@ -164,6 +164,14 @@ def local_options(grid: Grid, recipe: str) -> launch.LaunchOptions:
     )
 
 
+def keep_finished(grid: Grid, kept: Path | None, out: Callable[[str], None] = print) -> None:
+    """Write the study folder's record, then keep its finished cells in ``kept`` (if given)."""
+    grid.write_record()
+    if kept is not None:
+        added = keep.pack_study(grid.dir, kept, grid.record())
+        out(f"kept folder {kept}: {len(added)} finished cell(s) of {grid.dir} added")
+
+
 def run_local(
     grid: Grid,
     planned: Sequence[PlannedCell],
@@ -181,10 +189,7 @@ def run_local(
     running: list[tuple[PlannedCell, submitit.Job]] = []
     stop = _StopRequest()
     forwarded = False
-    grid.write_record()
-    if kept is not None:
-        added = keep.pack_study(grid.dir, kept, grid.record())
-        out(f"kept folder {kept}: {len(added)} finished cell(s) of {grid.dir} added")
+    keep_finished(grid, kept, out)
     try:
         # After a stop only the running cells are waited for; the queue stays unstarted.
         while running or (queue and stop.signum is None):
