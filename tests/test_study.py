@@ -194,6 +194,85 @@ def test_finished_cells_are_skipped_and_unfinished_ones_resume(tmp_path, capsys)
     assert f"finished {small0.name}\n" in out and f"running  {small1.name}\n" in out
 
 
+def write_episodes(run_dir: Path, returns: list[float], step: int = 10, tail: str = "") -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rows = "".join(f"{(i + 1) * step},{r},5\n" for i, r in enumerate(returns))
+    (run_dir / "episodes.csv").write_text("frames,return,length\n" + rows + tail)
+
+
+def test_status_shows_each_cells_frames_and_last_100_return(tmp_path, capsys):
+    grid = load_grid(write_grid(tmp_path), tmp_path / "s")
+    small0, small1, big0, big1 = grid.cells()
+    # finished: its summary's frames and last-100 return (the last 100 of 150 episodes)
+    write_episodes(small0.run_dir, [0.0] * 50 + [2.0] * 100)
+    (small0.run_dir / "summary.json").write_text(json.dumps({"frames": 2048}))
+    # stopped with a checkpoint at 1024 frames: episodes after it are not counted (it resumes
+    # from there), those before are (the last 100 up to 1024: 2.0 each)
+    write_episodes(small1.run_dir, [1.0] * 2 + [2.0] * 100 + [9.0] * 50)
+    fake_checkpoint(small1.run_dir, 1024)
+    # running: the last whole metrics row's frames; a row being written is left out
+    write_episodes(big0.run_dir, [3.0, 5.0], tail="300,100")
+    (big0.run_dir / "metrics.csv").write_text("frames,time_s\n256,1.0\n512,2.0\n768,3")
+    lock = FolderLock(big0.run_dir)
+    lock.acquire()
+    try:
+        code, out, _ = study(capsys, "status", str(grid.path), "--dir", str(grid.dir))
+    finally:
+        lock.release()
+    assert code == 0
+    lines = {line.split()[1]: line.split() for line in out.splitlines() if "/" in line}
+    assert lines[small0.name][0] == "finished" and lines[small0.name][2] == "2,048"
+    assert lines[small0.name][-1] == "2.00"
+    assert lines[small1.name][0] == "resume" and lines[small1.name][2] == "1,024"
+    assert lines[small1.name][-1] == "2.00"
+    assert lines[big0.name][0] == "running" and lines[big0.name][2] == "512"
+    assert lines[big0.name][-1] == "4.00"
+    assert lines[big1.name] == ["new", big1.name]
+    assert "ppo/small: 2 cells: 1 finished, 1 to resume" in out
+    assert "ppo/big: 2 cells: 1 running, 1 new" in out
+
+
+def test_csv_tail_returns_only_whole_rows_wherever_the_read_starts(tmp_path):
+    from accelrl.study.status import csv_tail
+
+    path = tmp_path / "episodes.csv"
+    rows = [[float(16 * (i + 1)), float(i % 7) - 2.5] for i in range(40)]
+    lines = [f"{int(f)},{r},{i}\n" for i, (f, r) in enumerate(rows)]
+    text = "frames,return,length\n" + "".join(lines)
+    path.write_text(text + "656,12")  # a row being written
+    assert csv_tail(path, ["frames", "return"], 1000, None) == rows
+    for tail_bytes in range(1, len(text) + 10):  # every cut: no partial row, a suffix of the rows
+        got = csv_tail(path, ["frames", "return"], 1000, tail_bytes)
+        assert got == rows[len(rows) - len(got) :], tail_bytes
+    assert csv_tail(path, ["frames", "return"], 3) == rows[-3:]
+    assert csv_tail(path, ["frames", "score"], 3) == []
+    assert csv_tail(tmp_path / "no", ["x"], 3) == []
+
+
+def test_status_reads_a_long_files_end_only_and_counts_kept_cells(tmp_path, capsys, monkeypatch):
+    from accelrl.study import status
+
+    monkeypatch.setattr(status, "TAIL_BYTES", 200)  # the tail starts inside a row
+    grid = load_grid(write_grid(tmp_path, GRID.replace("seeds = [0, 1]", "seeds = [0]")),
+                     tmp_path / "s")  # fmt: skip
+    small0, big0 = grid.cells()
+    write_episodes(small0.run_dir, [1.0] * 300 + [7.0] * 30, tail="3310,1000")
+    fake_checkpoint(small0.run_dir, 2048)
+    (small0.run_dir / "summary.json").write_text(json.dumps({"frames": 2048}))
+    kept = tmp_path / "kept"  # a cell kept finished elsewhere, its run folder gone
+    write_episodes(kept / big0.name, [4.0] * 10)
+    (kept / big0.name / "summary.json").write_text(json.dumps({"frames": 2048}))
+    code, out, _ = study(capsys, "status", str(grid.path), "--dir", str(grid.dir), "--keep",
+                         str(kept), "--only", "ppo/*")  # fmt: skip
+    assert code == 0
+    lines = {line.split()[1]: line.split() for line in out.splitlines() if "/" in line}
+    assert lines[small0.name][-1] == "7.00"  # only whole rows of the end: the 30 last
+    assert lines[big0.name][:3] == ["kept", big0.name, "2,048"] and lines[big0.name][-1] == "4.00"
+    assert "ppo/big: 1 cells: 1 finished" in out
+    code, _, err = study(capsys, "status", str(grid.path), "--dir", str(grid.dir), "--only", "x/*")
+    assert code == 2 and "--only x/*: matches no cell" in err
+
+
 def test_print_array_lists_one_job_array_per_recipe_with_its_cells(tmp_path, capsys):
     text = GRID + '\n[algorithms.a2c]\nrecipe = "recipes.a2c_atari"\nframes = 1024\n'
     text += 'standard = "s"\nsettings = { s = "" }\n\n[slurm]\npartition = "cpu"\ntime = 30\n'

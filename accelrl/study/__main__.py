@@ -80,6 +80,20 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--slurm", action="store_true", help="submit the cells as SLURM job arrays (slurm.launch)"
     )
+    status = sub.add_parser(
+        "status",
+        help="where a grid stands: each cell's state, frames and last-100 return",
+        description="Each cell of GRID with its state (finished, kept, running, resume, new), "
+        "the frames it has reached of its budget and the mean return of its last 100 "
+        "episodes, then a count per setting. Reads the run folders only: safe beside a "
+        "running study.",
+    )
+    status.add_argument("grid", help="grid file (TOML), e.g. studies/minatar_batch.toml")
+    status.add_argument("--dir", help="study folder (default: the grid's dir, else runs/<name>)")
+    status.add_argument("--keep", metavar="KEPT", help="the kept folder the study runs with")
+    status.add_argument(
+        "--only", action="append", default=[], metavar="PATTERN", help="as for run; repeatable"
+    )
     pack = sub.add_parser(
         "pack",
         help="keep a study folder's finished cells small, in a folder of their own",
@@ -130,6 +144,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "status":
+            from pathlib import Path
+
+            from accelrl.study.grid import load_grid
+            from accelrl.study.status import grid_status, status_text
+
+            grid = load_grid(args.grid, args.dir)
+            kept = None if args.keep is None else Path(args.keep).absolute()
+            print(f"study {grid.dir}" + ("" if kept is None else f", kept folder {kept}"))
+            print(status_text(grid_status(grid, args.only, kept)))
+            return 0
         if args.command == "pack":
             from pathlib import Path
 

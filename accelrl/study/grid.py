@@ -30,8 +30,9 @@ import json
 import re
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,17 @@ class Grid:
             for game in algo.games
             for seed in algo.seeds
         ]
+
+    def selected(self, only: Sequence[str] = ()) -> list[Cell]:
+        """The cells whose name matches one of the ``only`` patterns (all, when none is given);
+        ``GridError`` when none does."""
+        cells = [c for c in self.cells() if not only or any(fnmatch(c.name, p) for p in only)]
+        if not cells:
+            raise GridError(
+                f"--only {' '.join(only)}: matches no cell of {self.path} (cells are named "
+                "algorithm/setting/game/seedN, e.g. 'dqn/*/MinAtar_Breakout/*')"
+            )
+        return cells
 
     def record(self) -> dict[str, Any]:
         """What ``report`` needs: each algorithm's budget, settings, standard, and its cells."""

@@ -18,7 +18,6 @@ import time
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -67,12 +66,7 @@ def plan_cells(
     run get their config, parsed and validated by their recipe. A cell that the ``kept`` folder
     holds finished (``accelrl.study.keep``) is ``kept`` and does not run. Raises ``GridError``
     (one line naming the cell) before anything runs."""
-    cells = [c for c in grid.cells() if not only or any(fnmatch(c.name, p) for p in only)]
-    if not cells:
-        raise GridError(
-            f"--only {' '.join(only)}: matches no cell of {grid.path} (cells are named "
-            "algorithm/setting/game/seedN, e.g. 'dqn/*/MinAtar_Breakout/*')"
-        )
+    cells = grid.selected(only)
     recipes = {}
     for algo in grid.algorithms.values():
         try:
