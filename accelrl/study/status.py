@@ -10,7 +10,6 @@ cluster's shared file system.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +17,16 @@ from pathlib import Path
 
 from accelrl.checkpoint import list_checkpoints
 from accelrl.study import keep
-from accelrl.study.grid import FINISHED, KEPT, RESUME, RUNNING, Cell, Grid, cell_state
+from accelrl.study.grid import (
+    FINISHED,
+    KEPT,
+    RESUME,
+    RUNNING,
+    Cell,
+    Grid,
+    cell_state,
+    summary_frames,
+)
 
 TAIL_BYTES = 64 * 1024
 """Bytes read from a CSV's end: a few thousand rows of episodes.csv, far more than 100."""
@@ -75,10 +83,7 @@ def cell_status(cell: Cell, kept: Path | None, kept_names: set[str]) -> CellStat
         state, folder = KEPT, kept / cell.name  # type: ignore[operator]
     frames: int | None = None
     if state in (FINISHED, KEPT):
-        try:
-            frames = int(json.loads((folder / "summary.json").read_text())["frames"])
-        except (OSError, ValueError, KeyError, TypeError):
-            frames = None
+        frames = summary_frames(folder)
     elif state == RESUME:  # ckpt_<frames>.pt
         frames = int(list_checkpoints(folder)[-1].stem.removeprefix("ckpt_"))
     elif state == RUNNING:
