@@ -273,6 +273,62 @@ def test_status_reads_a_long_files_end_only_and_counts_kept_cells(tmp_path, caps
     assert code == 2 and "--only x/*: matches no cell" in err
 
 
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+def test_status_into_a_closed_pipe_stops_quietly(tmp_path, unbuffered):
+    # ``status | head -3``: once the reader has gone, the rest of the output is dropped, without
+    # a traceback or (stdout buffered, as in a shell) the interpreter's "Exception ignored" on
+    # its final flush.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = str(ROOT)
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
+    grid = load_grid(write_grid(tmp_path), tmp_path / "s")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first line
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "accelrl.study", "status", str(grid.path), "--dir",
+             str(grid.dir)],
+            env=env, stdout=write_end,
+            stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 1 and proc.stderr == "", proc.stderr
+
+
+def test_the_runners_progress_lines_outlive_their_reader(tmp_path, monkeypatch):
+    # The runner reports through _say: a reader that went away must not end the study (its
+    # cells would run on unwatched); the lines go to /dev/null from then on.
+    from accelrl.study import __main__ as cli
+
+    class GonePipe:
+        def __init__(self, fd: int):
+            self.fd, self.gone = fd, True
+
+        def write(self, text: str) -> int:
+            if self.gone:
+                raise BrokenPipeError(32, "Broken pipe")
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+        def fileno(self) -> int:
+            return self.fd
+
+    fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT)
+    try:
+        pipe = GonePipe(fd)
+        monkeypatch.setattr(sys, "stdout", pipe)
+        cli._say("[1/2] start ...")  # must not raise
+        assert os.path.samestat(os.fstat(fd), os.stat(os.devnull))
+        pipe.gone = False
+        cli._say("[2/2] start ...")
+    finally:
+        os.close(fd)
+
+
 def test_print_array_lists_one_job_array_per_recipe_with_its_cells(tmp_path, capsys):
     text = GRID + '\n[algorithms.a2c]\nrecipe = "recipes.a2c_atari"\nframes = 1024\n'
     text += 'standard = "s"\nsettings = { s = "" }\n\n[slurm]\npartition = "cpu"\ntime = 30\n'

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -142,36 +143,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     from accelrl.study.report import StudyReportError
 
     try:
-        if args.command == "run":
-            return _run(args)
-        if args.command == "status":
-            from pathlib import Path
-
-            from accelrl.study.grid import load_grid
-            from accelrl.study.status import grid_status, status_text
-
-            grid = load_grid(args.grid, args.dir)
-            kept = None if args.keep is None else Path(args.keep).absolute()
-            print(f"study {grid.dir}" + ("" if kept is None else f", kept folder {kept}"))
-            print(status_text(grid_status(grid, args.only, kept)))
-            return 0
-        if args.command == "pack":
-            from pathlib import Path
-
-            from accelrl.study.keep import pack_study
-
-            added = pack_study(Path(args.study_dir), Path(args.out))
-            print(f"{args.out}: {len(added)} finished cell(s) added" +
-                  "".join(f"\n  {name}" for name in added))  # fmt: skip
-            return 0
-        from accelrl.study.report import report
-
-        report(args.study_dir, args.out, fractions=args.fractions, window=args.window,
-               reps=args.reps, algorithms=args.algorithms)  # fmt: skip
-        return 0
+        code = _command(args)
+        sys.stdout.flush()  # here, so that a closed pipe is met inside this try
+        return code
     except (GridError, StudyReportError) as err:
         print(f"{PROG}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (``| head``): stop quietly, as Unix tools do
+        _drop_stdout()
+        return 1
+
+
+def _command(args: argparse.Namespace) -> int:
+    if args.command == "run":
+        return _run(args)
+    if args.command == "status":
+        from pathlib import Path
+
+        from accelrl.study.grid import load_grid
+        from accelrl.study.status import grid_status, status_text
+
+        grid = load_grid(args.grid, args.dir)
+        kept = None if args.keep is None else Path(args.keep).absolute()
+        print(f"study {grid.dir}" + ("" if kept is None else f", kept folder {kept}"))
+        print(status_text(grid_status(grid, args.only, kept)))
+        return 0
+    if args.command == "pack":
+        from pathlib import Path
+
+        from accelrl.study.keep import pack_study
+
+        added = pack_study(Path(args.study_dir), Path(args.out))
+        print(f"{args.out}: {len(added)} finished cell(s) added" +
+              "".join(f"\n  {name}" for name in added))  # fmt: skip
+        return 0
+    from accelrl.study.report import report
+
+    report(args.study_dir, args.out, fractions=args.fractions, window=args.window,
+           reps=args.reps, algorithms=args.algorithms)  # fmt: skip
+    return 0
+
+
+def _drop_stdout() -> None:
+    """Send the rest of stdout to /dev/null, so that nothing (not even the interpreter's final
+    flush) writes to a pipe whose reader has gone."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _say(text: str) -> None:
+    """The runner's progress line; a reader that went away does not stop the running cells."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _drop_stdout()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -223,10 +249,9 @@ def _run(args: argparse.Namespace) -> int:
         print("nothing to run")
         return 0
     parallel = args.parallel or cpu_parallel(args.threads)
-    print(f"running {parallel} cell(s) at a time, {args.threads} torch thread(s) each; "
-          f"logs in {grid.dir / 'logs'}", flush=True)  # fmt: skip
-    return run_local(grid, planned, parallel=parallel, out=lambda s: print(s, flush=True),
-                     kept=kept)  # fmt: skip
+    _say(f"running {parallel} cell(s) at a time, {args.threads} torch thread(s) each; "
+         f"logs in {grid.dir / 'logs'}")  # fmt: skip
+    return run_local(grid, planned, parallel=parallel, out=_say, kept=kept)
 
 
 if __name__ == "__main__":
