@@ -1,12 +1,15 @@
 """Wall time for a recipe to reach a mean episode return (PPO on Pong to 18 by default).
 
-Starts the recipe as a subprocess (``python recipes/<algo>_atari.py`` with the given flags and a
-run folder), reads the run's ``episodes.csv`` once a second, and stops the run (SIGTERM, then
-SIGKILL after 20 s) when the mean unclipped return of the last ``--window`` finished episodes
-reaches ``--target`` or when ``--budget-s`` has passed. Writes ``time_to_score.json``: whether
-the target was reached, the wall time from launch and from the first logged update (excluding
-start-up), frames at that moment, the best windowed mean seen and the frames/s; copies the run's
-``metrics.csv`` and ``episodes.csv`` next to it.
+Starts the recipe as a subprocess (``python recipes/<algo>_atari.py`` with ``--seed`` and the
+given flags and a run folder), reads the run's ``episodes.csv`` once a second, and stops the run
+(SIGTERM, then SIGKILL after 20 s) when the mean unclipped return of the last ``--window``
+finished episodes reaches ``--target`` or when ``--budget-s`` has passed. Writes
+``time_to_score.json``: whether the target was reached, the wall time from launch and from the
+first logged update (excluding start-up), frames at that moment, the best windowed mean seen and
+the frames/s; ``curve.csv``: one row per finished game (wall seconds from launch, at most a
+second late: the read that saw it; frames; unclipped score), as for a library; copies the run's
+``metrics.csv`` and ``episodes.csv`` next to it. ``python -m benchmarks.time_to_score_report
+DIR...`` draws the curves of several runs and tabulates them.
 
 Run: ``python -m benchmarks.time_to_score --out DIR [--budget-s 300] [--target 18]
 [--device cuda] [-- extra recipe flags]``.
@@ -73,22 +76,29 @@ def reach(
     }
 
 
+def read_rows(path: str) -> list[tuple[int, float]]:
+    """(frames, return) of each whole row of a run's ``episodes.csv``; a last line still being
+    written (no newline yet) is left for the next read."""
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        text = f.read()
+    lines = text.split("\n")[:-1]  # the part after the last newline is not a whole row yet
+    rows = []
+    for row in csv.DictReader(lines):
+        try:
+            rows.append((int(float(row["frames"])), float(row["return"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return rows
+
+
 def read_episodes(path: str, window: int) -> tuple[int, float | None, int]:
     """(episodes, mean return of the last ``window``, frames of the last episode)."""
-    if not os.path.exists(path):
-        return 0, None, 0
-    last: deque[float] = deque(maxlen=window)
-    n, frames = 0, 0
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            try:
-                last.append(float(row["return"]))
-                frames = int(float(row["frames"]))
-            except (KeyError, ValueError):
-                continue  # a torn last line
-            n += 1
+    rows = read_rows(path)
+    last = [r for _, r in rows[-window:]]
     mean = sum(last) / len(last) if len(last) == window else None
-    return n, mean, frames
+    return len(rows), mean, rows[-1][0] if rows else 0
 
 
 def has_update(metrics: str) -> bool:
@@ -120,7 +130,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--peer", choices=["sb3", "cleanrl", "sf"], help="a library instead of a recipe")
     p.add_argument("--cache", type=Path, help="the peers' venvs (benchmarks.peers setup)")
-    p.add_argument("--seed", type=int, default=1, help="--peer: its seed")
+    p.add_argument("--seed", type=int, default=1, help="the recipe's or the library's seed")
     p.add_argument(
         "--frames", type=int, default=10_000_000, help="--peer: its length in emulator frames"
     )
@@ -148,6 +158,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "0",
         "--log.checkpoint-every-frames",
         str(10**12),
+        "--seed",
+        str(args.seed),
         *args.extra,
     ]
     print("launch:", " ".join(cmd), flush=True)
@@ -155,7 +167,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     metrics_csv = os.path.join(run_dir, "metrics.csv")
     t_launch = time.time()
     log_path = os.path.join(args.out, "recipe.log")
-    with open(log_path, "w") as log_file:
+    curve_path = os.path.join(args.out, "curve.csv")
+    with open(log_path, "w") as log_file, open(curve_path, "w", newline="") as curve_file:
+        curve = csv.writer(curve_file)  # the peers' columns; a game's time: the poll that saw it
+        curve.writerow(["wall_s", "frames", "return"])
+        in_curve = 0
         proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
         t_first: float | None = None
         reached_at: float | None = None
@@ -167,7 +183,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             now = time.time()
             if t_first is None and has_update(metrics_csv):
                 t_first = now
-            n, mean, frames = read_episodes(episodes_csv, args.window)
+            rows = read_rows(episodes_csv)
+            for f_row, r_row in rows[in_curve:]:
+                curve.writerow([f"{now - t_launch:.3f}", f_row, r_row])
+            curve_file.flush()
+            in_curve = len(rows)
+            n, frames = len(rows), rows[-1][0] if rows else 0
+            window = [r for _, r in rows[-args.window :]]
+            mean = sum(window) / len(window) if len(window) == args.window else None
             if mean is not None:
                 best = mean if best is None else max(best, mean)
             if now - last_print >= 15:
@@ -200,6 +223,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {
         "algo": args.algo,
         "game": args.game,
+        "seed": args.seed,
         **reach(args, ended_by, t_launch, t_first, reached_at, reached_frames),
         "episodes": n,
         "final_mean": mean,

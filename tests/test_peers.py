@@ -6,6 +6,7 @@ with the command, where they are absent). Nothing here asserts a speed."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -326,6 +327,106 @@ def test_time_to_score_writes_a_peers_curve_and_stops_it_at_the_target(tmp_path,
     assert rows[1].split(",")[1:] == ["1024", "1.0"]
     assert "--env-id=Breakout-v5" in seen["args"]
     assert json.loads((out / "time_to_score.json").read_text()) == result
+
+
+FAKE_RECIPE = """#!{python}
+import os, sys, time
+argv = sys.argv
+run_dir = argv[argv.index("--run-dir") + 1]
+os.makedirs(run_dir)
+open(os.path.join({argv_file!r}), "w").write(" ".join(argv[1:]))
+with open(os.path.join(run_dir, "metrics.csv"), "w") as m:
+    m.write("frames,time_s\\n1024,0.1\\n")
+with open(os.path.join(run_dir, "episodes.csv"), "w", buffering=1) as e:
+    e.write("frames,return,length\\n")
+    for n, score in enumerate([1.5, 2.5, 12.25, 9.0, 30.0]):
+        line = f"{{1024 * (n + 1)}},{{score}},100\\n"
+        e.write(line[:6])  # a row caught half-written by the benchmark's next read
+        e.flush()
+        time.sleep(1.3)
+        e.write(line[6:])
+        e.flush()
+time.sleep(600)  # a recipe that would go on: the benchmark stops it
+"""
+
+
+def test_time_to_score_writes_the_recipes_curve_from_whole_rows(tmp_path):
+    argv_file = tmp_path / "argv.txt"
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_RECIPE.format(python=sys.executable, argv_file=str(argv_file)))
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    result = time_to_score.main(
+        ["--python", str(fake), "--game", "Breakout", "--target", "10", "--window", "2",
+         "--seed", "7", "--budget-s", "120", "--out", str(out), "--device", "cpu"]
+    )  # fmt: skip
+    assert result["reached"] and result["frames_at_target"] == 4 * 1024  # (12.25 + 9) / 2
+    assert result["seed"] == 7 and "--seed 7" in argv_file.read_text()
+    with open(out / "curve.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["frames"], r["return"]) for r in rows] == [
+        ("1024", "1.5"), ("2048", "2.5"), ("3072", "12.25"), ("4096", "9.0")
+    ]  # fmt: skip
+    walls = [float(r["wall_s"]) for r in rows]
+    assert walls == sorted(walls) and walls[-1] <= result["wall_s_from_launch"] + 1e-3
+
+
+def write_tts_run(folder, *, peer=None, seed=0, scores=(), wall_per_game=60.0, reached_at=None,
+                  target=10.0, window=2):  # fmt: skip
+    folder.mkdir(parents=True)
+    result = {"game": "Breakout", "seed": seed, "target": target, "window": window,
+              "budget_s": 86400.0, "reached": reached_at is not None,
+              "ended_by": "target" if reached_at is not None else "time budget",
+              "wall_s_from_launch": None if reached_at is None else reached_at * wall_per_game,
+              "wall_s_from_first_update": None if reached_at is None
+              else reached_at * wall_per_game - 30,
+              "frames_at_target": None if reached_at is None else reached_at * 1000,
+              "best_mean": max(scores)}  # fmt: skip
+    if peer:
+        result["peer"] = peer
+    (folder / "time_to_score.json").write_text(json.dumps(result))
+    rows = "".join(
+        f"{(i + 1) * wall_per_game},{(i + 1) * 1000},{s}\n" for i, s in enumerate(scores)
+    )
+    (folder / "curve.csv").write_text("wall_s,frames,return\n" + rows)
+
+
+def test_time_to_score_report_tabulates_each_run_and_each_librarys_mean(tmp_path, capsys):
+    from benchmarks import time_to_score_report as tts_report
+
+    write_tts_run(tmp_path / "r0", seed=0, scores=[1, 9, 11, 12], reached_at=3)
+    write_tts_run(tmp_path / "r1", seed=1, scores=[1, 9, 13], reached_at=3, wall_per_game=100)
+    write_tts_run(tmp_path / "s0", peer="sb3", seed=0, scores=[1, 2, 9, 12], reached_at=4,
+                  wall_per_game=150)  # fmt: skip
+    write_tts_run(tmp_path / "f0", peer="sf", seed=0, scores=[1, 2, 3])  # not reached
+    write_tts_run(tmp_path / "f1", peer="sf", seed=1, scores=[9, 12], reached_at=2)
+    out = tmp_path / "report"
+    folders = [str(tmp_path / n) for n in ("s0", "f1", "r1", "f0", "r0")]
+    assert tts_report.main([*folders, "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text == (out / "table.md").read_text()
+    assert (out / "curves.png").stat().st_size > 10_000
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    # runs: the recipe first, seed by seed; minutes = games x wall per game / 60
+    assert rows[1].startswith("| accelrl | 0 | yes | 3.0 | 2.5 | 3,000 | 20 |")
+    assert rows[2].startswith("| accelrl | 1 | yes | 5.0 | 4.5 | 3,000 |")
+    assert rows[3].startswith("| Stable-Baselines3 | 0 | yes | 10.0 |")  # the speed table's order
+    assert rows[4].startswith("| Sample Factory | 0 | no (time budget, 1440.0 min) | - |")
+    # means: accelrl (3 + 5) / 2 = 4 min; SB3 10 min = 2.50x; SF has a run short of the target
+    assert "| accelrl | 2 | 4.0 | 1.00x |" in text
+    assert "| Stable-Baselines3 | 1 | 10.0 | 2.50x |" in text
+    assert "| Sample Factory | 2 | not all reached | - |" in text
+
+
+def test_time_to_score_report_refuses_runs_of_different_targets(tmp_path, capsys):
+    from benchmarks import time_to_score_report as tts_report
+
+    write_tts_run(tmp_path / "a", scores=[1, 2], target=10)
+    write_tts_run(tmp_path / "b", peer="sb3", scores=[1, 2], target=18)
+    assert tts_report.main([str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(tmp_path)]) == 2
+    assert "differ in (game, target, window)" in capsys.readouterr().err
+    assert tts_report.main([str(tmp_path), "-o", str(tmp_path / "x")]) == 2
+    assert "no time_to_score.json and curve.csv" in capsys.readouterr().err
 
 
 def test_time_to_score_refuses_recipe_flags_for_a_peer(tmp_path, capsys):
