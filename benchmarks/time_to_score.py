@@ -96,9 +96,12 @@ def read_rows(path: str) -> list[tuple[int, float]]:
 def read_episodes(path: str, window: int) -> tuple[int, float | None, int]:
     """(episodes, mean return of the last ``window``, frames of the last episode)."""
     rows = read_rows(path)
-    last = [r for _, r in rows[-window:]]
-    mean = sum(last) / len(last) if len(last) == window else None
-    return len(rows), mean, rows[-1][0] if rows else 0
+    return len(rows), window_mean(rows, window), rows[-1][0] if rows else 0
+
+
+def window_mean(rows: list[tuple[int, float]], window: int) -> float | None:
+    """Mean return of the last ``window`` rows; None before there are that many."""
+    return sum(r for _, r in rows[-window:]) / window if len(rows) >= window else None
 
 
 def has_update(metrics: str) -> bool:
@@ -189,8 +192,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             curve_file.flush()
             in_curve = len(rows)
             n, frames = len(rows), rows[-1][0] if rows else 0
-            window = [r for _, r in rows[-args.window :]]
-            mean = sum(window) / len(window) if len(window) == args.window else None
+            mean = window_mean(rows, args.window)
             if mean is not None:
                 best = mean if best is None else max(best, mean)
             if now - last_print >= 15:
