@@ -371,6 +371,14 @@ def test_time_to_score_writes_the_recipes_curve_from_whole_rows(tmp_path):
     assert walls == sorted(walls) and walls[-1] <= result["wall_s_from_launch"] + 1e-3
 
 
+def test_window_mean_is_the_mean_of_exactly_the_last_window_games():
+    rows = [(1024 * (i + 1), score) for i, score in enumerate([4.0, 8.0, 10.0, 12.0])]
+    assert time_to_score.window_mean(rows[:2], 3) is None  # fewer games than the window
+    assert time_to_score.window_mean(rows[:3], 3) == pytest.approx(22 / 3)  # first full window
+    assert time_to_score.window_mean(rows, 3) == pytest.approx(10.0)  # the oldest game left out
+    assert time_to_score.window_mean(rows, 1) == 12.0
+
+
 def write_tts_run(folder, *, peer=None, seed=0, scores=(), wall_per_game=60.0, reached_at=None,
                   target=10.0, window=2):  # fmt: skip
     folder.mkdir(parents=True)
