@@ -6,7 +6,7 @@ per batch, in alternating rounds on the same machine.
         --cleanrl-script PATH [--torch SPEC] [--pip-arg ARG ...]
     python -m benchmarks.peers [--peers sb3,cleanrl,sf,torchrl] [--cache DIR]
         [--torchrl-sota PATH] [--game Pong] [--batches 12] [--warmup 2] [--rounds 2]
-        [--sf-workers N] [--json out.json]
+        [--sf-workers N[,N...]] [--json out.json]
 
 Setup. Each library gets a venv of its own under the cache folder, with the pinned versions of
 ``benchmarks.peer_libs.PEERS`` and torch 2.13.0 (``--torch`` and ``--pip-arg`` choose another
@@ -31,10 +31,11 @@ value heads. SB3's zoo, CleanRL's script and Sample Factory's Atari example alre
 that batch; the overrides restate it from the recipe's ``Config``, so that a change there
 follows. Sample Factory: ``--sf-workers N`` rollout processes of 8 / N simulators each (default:
 the most that divide 8 and fit the cores, 2 x 4 on 2 cores; its shipped layout is 8 x 1,
-``--sf-workers 8``), ``rollout`` 128, ``batch_size`` 256 x ``num_batches_per_epoch`` 4 = 1,024
-steps per training iteration, 4 epochs: the same learner batch whatever the layout. TorchRL:
-hydra overrides for the batch, the minibatch size and 4 epochs (its default is 3), no logger,
-one evaluation episode at the first batch (left out by the warm-up). The recipe runs with
+``--sf-workers 8``; ``--sf-workers 2,8,1`` times several layouts in the same rounds, one row
+each, ``sf 2x4`` and so on), ``rollout`` 128, ``batch_size`` 256 x ``num_batches_per_epoch``
+4 = 1,024 steps per training iteration, 4 epochs: the same learner batch whatever the layout.
+TorchRL: hydra overrides for the batch, the minibatch size and 4 epochs (its default is 3), no
+logger, one evaluation episode at the first batch (left out by the warm-up). The recipe runs with
 ``--env.sticky-actions 0``, as every peer's env does.
 
 Timing. Each peer starts through a wrapper that notes ``time.perf_counter()`` at the end of
@@ -152,17 +153,17 @@ def torchrl_fps(sota: Path, game: str, batches: int, warmup: int, device: str = 
     return steady_rate(read_marks(out.stderr), warmup)
 
 
-def library_fps(name: str, opts: argparse.Namespace) -> float:
+def library_fps(name: str, opts: argparse.Namespace, sf_workers: int) -> float:
     """Steady frames/s of a library peer run through its wrapper (see the module docstring)."""
     with tempfile.TemporaryDirectory() as tmp:
-        args = speed_args(name, opts, tmp)
+        args = speed_args(name, opts, tmp, sf_workers)
         marks = peer_libs.run_for_marks(
             name, peer_libs.command(name, opts.cache, args), tmp, opts.batches
         )
     return steady_rate(marks, opts.warmup)
 
 
-def speed_args(name: str, opts: argparse.Namespace, tmp: str) -> list[str]:
+def speed_args(name: str, opts: argparse.Namespace, tmp: str, sf_workers: int) -> list[str]:
     work = peer_libs.recipe_work()
     return peer_libs.speed_args(
         name,
@@ -172,8 +173,26 @@ def speed_args(name: str, opts: argparse.Namespace, tmp: str) -> list[str]:
         tmp,
         seed=opts.seed,
         device=opts.device,
-        sf_workers=opts.sf_workers,
+        sf_workers=sf_workers,
     )
+
+
+def sf_layouts(text: str | None, num_envs: int) -> list[int]:
+    """``--sf-workers`` as a list of rollout process counts (default: the one that fits)."""
+    if text is None:
+        return [peer_libs.default_sf_workers(cores(), num_envs)]
+    layouts = []
+    for part in text.split(","):
+        try:
+            workers = int(part)
+        except ValueError:
+            raise PeerError(
+                f"--sf-workers {text}: give whole numbers, one per layout, e.g. 2 or 2,8,1"
+            ) from None
+        peer_libs.sf_layout(workers, num_envs)
+        if workers not in layouts:
+            layouts.append(workers)
+    return layouts
 
 
 def setup_main(argv: list[str]) -> list[dict]:
@@ -274,28 +293,41 @@ def main(argv: list[str] | None = None) -> dict | list[dict]:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=1, help="the peers' seed")
-    parser.add_argument("--sf-workers", type=int, help="Sample Factory's rollout processes")
+    parser.add_argument(
+        "--sf-workers",
+        help="Sample Factory's rollout processes; several (2,8,1) time each layout as a row",
+    )
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args(argv)
     if opts.warmup < 1 or opts.batches <= opts.warmup:
         parser.error(f"--warmup {opts.warmup} --batches {opts.batches}: need 1 <= warmup < batches")
     work = peer_libs.recipe_work()
-    if opts.sf_workers is None:
-        opts.sf_workers = peer_libs.default_sf_workers(cores(), work.num_envs)
     try:
-        peer_libs.sf_layout(opts.sf_workers, work.num_envs)
+        layouts = sf_layouts(opts.sf_workers, work.num_envs)
     except PeerError as err:
         parser.error(str(err))
-    names = chosen_peers(opts, parser)
-    titles, commands = {}, {}
-    for name in names:
-        if name == "torchrl":
-            titles[name] = TORCHRL_TITLE
-            commands[name] = [str(opts.torchrl_sota / "ppo_atari.py")]
-            commands[name] += torchrl_overrides(opts.game, opts.batches, "<tmp>", opts.device)
+    peer_names = chosen_peers(opts, parser)
+    # One row per peer; Sample Factory gets one per layout when several are asked for.
+    rows_of: dict[str, tuple[str, int]] = {}  # row name -> (peer, sf rollout processes)
+    for name in peer_names:
+        if name == "sf" and len(layouts) > 1:
+            for w in layouts:
+                rows_of[f"sf {w}x{work.num_envs // w}"] = (name, w)
         else:
-            titles[name] = peer_libs.peer(name).title
-            commands[name] = peer_libs.command(name, opts.cache, speed_args(name, opts, "<tmp>"))
+            rows_of[name] = (name, layouts[0])
+    names = list(rows_of)
+    titles, commands = {}, {}
+    for row, (name, workers) in rows_of.items():
+        if name == "torchrl":
+            titles[row] = TORCHRL_TITLE
+            commands[row] = [str(opts.torchrl_sota / "ppo_atari.py")]
+            commands[row] += torchrl_overrides(opts.game, opts.batches, "<tmp>", opts.device)
+        else:
+            titles[row] = peer_libs.peer(name).title
+            if name == "sf" and len(layouts) > 1:
+                titles[row] += f", {workers} x {work.num_envs // workers} simulators"
+            args = speed_args(name, opts, "<tmp>", workers)
+            commands[row] = peer_libs.command(name, opts.cache, args)
     print(
         f"peers: {opts.game}, {cores()} cores, device {opts.device}, {opts.batches} batches of "
         f"{work.batch_steps} agent steps, first {opts.warmup} left out, {opts.rounds} round(s); "
@@ -309,14 +341,14 @@ def main(argv: list[str] | None = None) -> dict | list[dict]:
         rates["recipe"].append(
             recipe_fps("ppo", RECIPE_FLAGS, opts.batches, opts.warmup, opts.device, game=opts.game)
         )
-        for name in names:
+        for row, (name, workers) in rows_of.items():
             if name == "torchrl":
                 rate = torchrl_fps(
                     opts.torchrl_sota, opts.game, opts.batches, opts.warmup, opts.device
                 )
             else:
-                rate = library_fps(name, opts)
-            rates[name].append(rate)
+                rate = library_fps(name, opts, workers)
+            rates[row].append(rate)
         line = ", ".join(
             f"{n} {rates[n][-1]:,.0f} ({rates['recipe'][-1] / rates[n][-1]:.2f})" for n in names
         )
@@ -333,13 +365,15 @@ def main(argv: list[str] | None = None) -> dict | list[dict]:
         "batches": opts.batches,
         "warmup": opts.warmup,
         "seed": opts.seed,
-        "sf_workers": opts.sf_workers,
+        "sf_workers": layouts[0] if len(layouts) == 1 else layouts,
         "recipe_flags": RECIPE_FLAGS,
         "peers": {
             n: {
                 "title": titles[n],
                 "command": commands[n],
-                "installed": {} if n == "torchrl" else peer_libs.installed(n, opts.cache),
+                "installed": {}
+                if rows_of[n][0] == "torchrl"
+                else peer_libs.installed(rows_of[n][0], opts.cache),
             }
             for n in names
         },

@@ -174,7 +174,7 @@ def test_rounds_pair_the_recipe_with_each_library_peer(tmp_path, monkeypatch, ca
     def fake_command(name, cache, args):
         peer_libs.venv_python(name, cache)
         steps = 8 if name == "sf" else 6  # sample factory runs past the batches asked for
-        return [sys.executable, "-c", fake, "--steps", str(steps * 1024)]
+        return [sys.executable, "-c", fake, "--steps", str(steps * 1024), *args]
 
     monkeypatch.setattr(peer_libs, "command", fake_command)
     monkeypatch.setattr(peers, "recipe_fps", lambda *a, **k: 1000.0)
@@ -194,6 +194,25 @@ def test_rounds_pair_the_recipe_with_each_library_peer(tmp_path, monkeypatch, ca
     # without --peers: every peer whose venv is there
     result = peers.main(["--cache", str(tmp_path), "--batches", "3", "--rounds", "1"])
     assert list(result["ratios"]) == ["sb3", "sf"]
+
+    # several Sample Factory layouts: one row each, paired with the same recipe rounds
+    argv = ["--peers", "sb3,sf", "--sf-workers", "2,8,2,1", "--cache", str(tmp_path)]
+    result = peers.main([*argv, "--batches", "6", "--rounds", "1"])
+    assert list(result["ratios"]) == ["sb3", "sf 2x4", "sf 8x1", "sf 1x8"]
+    assert result["sf_workers"] == [2, 8, 1]
+    for row, (workers, each) in {"sf 2x4": (2, 4), "sf 8x1": (8, 1), "sf 1x8": (1, 8)}.items():
+        assert len(result["rounds"][row]) == 1
+        assert result["peers"][row]["title"].endswith(f"{workers} x {each} simulators")
+        command = result["peers"][row]["command"]
+        assert f"--num_workers={workers}" in command
+        assert f"--num_envs_per_worker={each}" in command
+    for bad, message in [
+        ("2,x", "--sf-workers 2,x: give whole numbers"),
+        ("2,3", "--sf-workers 3"),
+    ]:
+        with pytest.raises(SystemExit):
+            peers.main(["--peers", "sf", "--sf-workers", bad, "--cache", str(tmp_path)])
+        assert message in capsys.readouterr().err
 
 
 FAKE_SOTA = """
