@@ -115,12 +115,42 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         print("  ".join(v.rjust(w) for v, w in zip(c, widths, strict=True)))
 
 
+def cpu_name(cpuinfo: str | None = None) -> str:
+    """The CPU as results name their host: model, family and model numbers, widest vector
+    instructions, cores; e.g. ``AMD EPYC (family 23, model 1; AVX2), 2 cores``. Reads
+    ``/proc/cpuinfo`` (Linux); elsewhere, what ``platform`` knows."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return f"{platform.processor() or platform.machine()}, {cores()} cores"
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            if fields:
+                break  # the first processor's block is enough
+            continue
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    model = fields.get("model name") or platform.processor() or platform.machine()
+    numbers = ", ".join(
+        f"{name} {fields[key]}" for key, name in (("cpu family", "family"), ("model", "model"))
+        if key in fields
+    )  # fmt: skip
+    inside = f"{numbers}; {isa}" if numbers else isa
+    return f"{model} ({inside}), {cores()} cores"
+
+
 def machine_info() -> dict[str, Any]:
     import torch
 
     return {
         "date": datetime.date.today().isoformat(),
         "cores": cores(),
+        "cpu": cpu_name(),
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,

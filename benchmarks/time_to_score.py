@@ -5,11 +5,12 @@ given flags and a run folder), reads the run's ``episodes.csv`` once a second, a
 (SIGTERM, then SIGKILL after 20 s) when the mean unclipped return of the last ``--window``
 finished episodes reaches ``--target`` or when ``--budget-s`` has passed. Writes
 ``time_to_score.json``: whether the target was reached, the wall time from launch and from the
-first logged update (excluding start-up), frames at that moment, the best windowed mean seen and
-the frames/s; ``curve.csv``: one row per finished game (wall seconds from launch, at most a
-second late: the read that saw it; frames; unclipped score), as for a library; copies the run's
-``metrics.csv`` and ``episodes.csv`` next to it. ``python -m benchmarks.time_to_score_report
-DIR...`` draws the curves of several runs and tabulates them.
+first logged update (excluding start-up), frames at that moment, the best windowed mean seen,
+the frames/s, and the host's CPU, the date and accelrl's commit; ``curve.csv``: one row per
+finished game (wall seconds from launch, at most a second late: the read that saw it; frames;
+unclipped score), as for a library; copies the run's ``metrics.csv`` and ``episodes.csv`` next
+to it. ``python -m benchmarks.time_to_score_report DIR...`` draws the curves of several runs
+and tabulates them.
 
 Run: ``python -m benchmarks.time_to_score --out DIR [--budget-s 300] [--target 18]
 [--device cuda] [-- extra recipe flags]``.
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import datetime
 import json
 import os
 import queue
@@ -48,6 +50,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from accelrl.run_record import code_version
+from benchmarks.common import cpu_name
+
 FRAMESKIP = 4
 
 
@@ -60,8 +65,13 @@ def reach(
     reached_frames: int | None,
 ) -> dict:
     """A run's target and when it was reached (None: not), from the launch and from the first
-    update, and its start-up time: the fields the recipe's and a peer's results share."""
+    update, its start-up time, and where and when it ran (the CPU, the date, accelrl's commit):
+    the fields the recipe's and a peer's results share. Times from different hosts are not
+    compared: ``time_to_score_report`` sets each library against the recipe on the same CPU."""
     return {
+        "host": cpu_name(),
+        "date": datetime.date.today().isoformat(),
+        "commit": code_version()["commit"],
         "target": args.target,
         "window": args.window,
         "budget_s": args.budget_s,

@@ -8,13 +8,16 @@ finished game, wall seconds from launch, frames, unclipped score). Writes to OUT
 - ``curves.png``: the mean score of the last ``window`` games against wall-clock minutes from
   launch and against emulator frames, one colour per library, one line style per seed, the
   target as a dashed line;
-- ``table.md`` (also printed): each run's time to the target from launch and from its first
-  update, the frames it took and its frames per second over that stretch; then each library's
-  mean time over its seeds, and that mean over the recipe's (the library's time / the
-  recipe's: above 1, the recipe is faster).
+- ``table.md`` (also printed): each run's host, time to the target from launch and from its
+  first update, the frames it took and its frames per second over that stretch; then each
+  library's mean time over its seeds on each host, and that mean over the recipe's on the same
+  host (the library's time / the recipe's: above 1, the recipe is faster).
 
-A run that did not reach the target counts as "not reached" with its budget; a library with
-such a run gets no mean. The runs must share a game, target and window: the report refuses a mix.
+Hosts differ by several times in speed, so minutes are compared only within one host (the CPU
+that ``time_to_score`` records): a library whose runs are on a host where the recipe has none
+gets no ratio there. A run that did not reach the target counts as "not reached" with its
+budget; a library with such a run on a host gets no mean there. The runs must share a game,
+target and window: the report refuses a mix.
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ class Run:
     wall_s: np.ndarray  # per finished game
     frames: np.ndarray
     scores: np.ndarray
+
+    @property
+    def host(self) -> str:
+        return str(self.result.get("host") or "host not recorded")
 
     @property
     def reached(self) -> bool:
@@ -94,14 +101,22 @@ def fmt_min(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds / 60:.1f}"
 
 
+def host_labels(runs: Sequence[Run]) -> dict[str, str]:
+    """A short label (A, B, ...) for each host, in the order the runs name them."""
+    return {h: chr(ord("A") + i) for i, h in enumerate(dict.fromkeys(r.host for r in runs))}
+
+
 def table(runs: Sequence[Run], game: str, target: float, window: int) -> str:
-    """The per-run table and the per-library means and ratios, as markdown."""
+    """The per-run table and the per-library means and ratios on each host, as markdown."""
+    labels = host_labels(runs)
     lines = [
         f"{game}: minutes to a mean score of {target:g} over the last {window} games",
         "",
-        "| library | seed | reached | minutes from launch | minutes from first update "
+        *(f"- host {label}: {host}" for host, label in labels.items()),
+        "",
+        "| library | seed | host | reached | minutes from launch | minutes from first update "
         "| frames at target | frames/s to target | best mean |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         res = r.result
@@ -113,28 +128,32 @@ def table(runs: Sequence[Run], game: str, target: float, window: int) -> str:
         )
         best = res.get("best_mean")
         lines.append(
-            f"| {r.library} | {r.seed} | {reached} | {fmt_min(wall)} | {fmt_min(first)} "
+            f"| {r.library} | {r.seed} | {labels[r.host]} | {reached} | {fmt_min(wall)} "
+            f"| {fmt_min(first)} "
             f"| {'-' if frames is None else f'{frames:,}'} | {fps} "
             f"| {'-' if best is None else f'{best:.2f}'} |"
         )
-    means: dict[str, float | None] = {}
-    for library in dict.fromkeys(r.library for r in runs):
-        mine = [r for r in runs if r.library == library]
+    means: dict[tuple[str, str], float | None] = {}  # (library, host) -> mean seconds
+    for key in dict.fromkeys((r.library, r.host) for r in runs):
+        mine = [r for r in runs if (r.library, r.host) == key]
         ok = all(r.reached for r in mine)
-        means[library] = (
-            float(np.mean([r.result["wall_s_from_launch"] for r in mine])) if ok else None
-        )
+        means[key] = float(np.mean([r.result["wall_s_from_launch"] for r in mine])) if ok else None
     lines += [
         "",
-        "| library | runs | mean minutes from launch | library / accelrl |",
-        "|---|---|---|---|",
+        "| library | host | runs | mean minutes from launch | library / accelrl on that host |",
+        "|---|---|---|---|---|",
     ]
-    base = means.get(RECIPE)
-    for library, mean in means.items():
-        n = sum(r.library == library for r in runs)
-        ratio = "-" if mean is None or base is None else f"{mean / base:.2f}x"
+    for (library, host), mean in means.items():
+        n = sum((r.library, r.host) == (library, host) for r in runs)
+        base = means.get((RECIPE, host))
+        if (RECIPE, host) not in means:
+            ratio = "- (no accelrl run on this host)"
+        elif mean is None or base is None:
+            ratio = "-"
+        else:
+            ratio = f"{mean / base:.2f}x"
         shown = "not all reached" if mean is None else fmt_min(mean)
-        lines.append(f"| {library} | {n} | {shown} | {ratio} |")
+        lines.append(f"| {library} | {labels[host]} | {n} | {shown} | {ratio} |")
     return "\n".join(lines) + "\n"
 
 
@@ -143,6 +162,7 @@ def draw(runs: Sequence[Run], out: Path, game: str, target: float, window: int) 
     FigureCanvasAgg(fig)
     ax_t, ax_f = fig.subplots(1, 2, sharey=True)
     libraries = list(dict.fromkeys(r.library for r in runs))
+    labels = host_labels(runs)
     seen: dict[str, int] = {}
     for r in runs:
         k = seen[r.library] = seen.get(r.library, -1) + 1
@@ -152,6 +172,8 @@ def draw(runs: Sequence[Run], out: Path, game: str, target: float, window: int) 
         y = r.windowed(window)
         style = {"color": color, "ls": LINESTYLES[k % len(LINESTYLES)], "lw": 1.5}
         label = f"{r.library}, seed {r.seed}"
+        if len(labels) > 1:
+            label += f", host {labels[r.host]}"
         ax_t.plot(r.wall_s[window - 1 :] / 60, y, label=label, **style)
         ax_f.plot(r.frames[window - 1 :], y, **style)
     for ax in (ax_t, ax_f):

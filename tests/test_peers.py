@@ -7,6 +7,7 @@ with the command, where they are absent). Nothing here asserts a speed."""
 from __future__ import annotations
 
 import csv
+import datetime
 import json
 import os
 import subprocess
@@ -16,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from accelrl.run_record import code_version
 from benchmarks import peer_libs, peers, time_to_score
+from benchmarks.common import cpu_name
 from benchmarks.peer_libs import EPISODE, MARK, PeerError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -341,6 +344,7 @@ def test_time_to_score_writes_a_peers_curve_and_stops_it_at_the_target(tmp_path,
     assert result["final_mean"] == 12.0 and result["episodes"] == 6
     assert 0 < result["wall_s_from_first_update"] <= result["wall_s_from_launch"] < 60
     assert result["peer_returncode"] is not None  # stopped, not left running
+    assert result["host"] == cpu_name() and result["date"] == datetime.date.today().isoformat()
     rows = (out / "curve.csv").read_text().splitlines()
     assert rows[0] == "wall_s,frames,return" and len(rows) == 7
     assert rows[1].split(",")[1:] == ["1024", "1.0"]
@@ -381,6 +385,7 @@ def test_time_to_score_writes_the_recipes_curve_from_whole_rows(tmp_path):
     )  # fmt: skip
     assert result["reached"] and result["frames_at_target"] == 4 * 1024  # (12.25 + 9) / 2
     assert result["seed"] == 7 and "--seed 7" in argv_file.read_text()
+    assert result["host"] == cpu_name() and result["commit"] == code_version()["commit"]
     with open(out / "curve.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [(r["frames"], r["return"]) for r in rows] == [
@@ -398,10 +403,31 @@ def test_window_mean_is_the_mean_of_exactly_the_last_window_games():
     assert time_to_score.window_mean(rows, 1) == 12.0
 
 
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 143
+model name\t: Intel(R) Xeon(R) Platinum 8488C
+flags\t\t: fpu sse2 avx avx2 avx512f avx512bw amx_tile
+
+processor\t: 1
+model name\t: another CPU that is not read
+"""
+
+
+def test_cpu_name_names_the_model_its_numbers_and_its_widest_vectors():
+    name = cpu_name(CPUINFO)
+    assert name.startswith("Intel(R) Xeon(R) Platinum 8488C (family 6, model 143; AVX-512), ")
+    assert name.endswith(" cores")
+    zen1 = CPUINFO.replace("avx512f avx512bw amx_tile", "").replace("Intel(R) Xeon(R) Pla", "")
+    assert "(family 6, model 143; AVX2)" in cpu_name(zen1)
+    assert "; no AVX2)" in cpu_name("model name\t: Old\ncpu family\t: 6\nflags\t: sse2\n")
+
+
 def write_tts_run(folder, *, peer=None, seed=0, scores=(), wall_per_game=60.0, reached_at=None,
-                  target=10.0, window=2):  # fmt: skip
+                  target=10.0, window=2, host="CPU X"):  # fmt: skip
     folder.mkdir(parents=True)
-    result = {"game": "Breakout", "seed": seed, "target": target, "window": window,
+    result = {"game": "Breakout", "seed": seed, "target": target, "window": window, "host": host,
               "budget_s": 86400.0, "reached": reached_at is not None,
               "ended_by": "target" if reached_at is not None else "time budget",
               "wall_s_from_launch": None if reached_at is None else reached_at * wall_per_game,
@@ -427,22 +453,33 @@ def test_time_to_score_report_tabulates_each_run_and_each_librarys_mean(tmp_path
                   wall_per_game=150)  # fmt: skip
     write_tts_run(tmp_path / "f0", peer="sf", seed=0, scores=[1, 2, 3])  # not reached
     write_tts_run(tmp_path / "f1", peer="sf", seed=1, scores=[9, 12], reached_at=2)
+    # another host: its minutes are set against the recipe's there only
+    write_tts_run(tmp_path / "r2", seed=2, scores=[9, 12], reached_at=2, host="CPU Y")
+    write_tts_run(tmp_path / "c2", peer="cleanrl", seed=2, scores=[1, 9, 12], reached_at=3,
+                  host="CPU Y")  # fmt: skip
+    write_tts_run(tmp_path / "s3", peer="sb3", seed=3, scores=[9, 12], reached_at=2, host="CPU Z")
     out = tmp_path / "report"
-    folders = [str(tmp_path / n) for n in ("s0", "f1", "r1", "f0", "r0")]
+    folders = [str(tmp_path / n) for n in ("s0", "f1", "r1", "f0", "r0", "r2", "c2", "s3")]
     assert tts_report.main([*folders, "-o", str(out)]) == 0
     text = capsys.readouterr().out
     assert text == (out / "table.md").read_text()
     assert (out / "curves.png").stat().st_size > 10_000
     rows = [line for line in text.splitlines() if line.startswith("| ")]
+    assert "- host A: CPU X" in text and "- host B: CPU Y" in text and "- host C: CPU Z" in text
     # runs: the recipe first, seed by seed; minutes = games x wall per game / 60
-    assert rows[1].startswith("| accelrl | 0 | yes | 3.0 | 2.5 | 3,000 | 20 |")
-    assert rows[2].startswith("| accelrl | 1 | yes | 5.0 | 4.5 | 3,000 |")
-    assert rows[3].startswith("| Stable-Baselines3 | 0 | yes | 10.0 |")  # the speed table's order
-    assert rows[4].startswith("| Sample Factory | 0 | no (time budget, 1440.0 min) | - |")
-    # means: accelrl (3 + 5) / 2 = 4 min; SB3 10 min = 2.50x; SF has a run short of the target
-    assert "| accelrl | 2 | 4.0 | 1.00x |" in text
-    assert "| Stable-Baselines3 | 1 | 10.0 | 2.50x |" in text
-    assert "| Sample Factory | 2 | not all reached | - |" in text
+    assert rows[1].startswith("| accelrl | 0 | A | yes | 3.0 | 2.5 | 3,000 | 20 |")
+    assert rows[2].startswith("| accelrl | 1 | A | yes | 5.0 | 4.5 | 3,000 |")
+    assert rows[3].startswith("| accelrl | 2 | B | yes | 2.0 |")
+    assert rows[4].startswith("| Stable-Baselines3 | 0 | A | yes | 10.0 |")  # the speed order
+    assert rows[7].startswith("| Sample Factory | 0 | A | no (time budget, 1440.0 min) | - |")
+    # means on host A: accelrl (3 + 5) / 2 = 4 min; SB3 10 min = 2.50x (not against the
+    # recipe's runs on B); SF has a run short of the target
+    assert "| accelrl | A | 2 | 4.0 | 1.00x |" in text
+    assert "| Stable-Baselines3 | A | 1 | 10.0 | 2.50x |" in text
+    assert "| Sample Factory | A | 2 | not all reached | - |" in text
+    # host B: CleanRL 3 min against the recipe's 2; host C has no recipe run to set SB3 against
+    assert "| CleanRL | B | 1 | 3.0 | 1.50x |" in text
+    assert "| Stable-Baselines3 | C | 1 | 2.0 | - (no accelrl run on this host) |" in text
 
 
 def test_time_to_score_report_refuses_runs_of_different_targets(tmp_path, capsys):
