@@ -92,7 +92,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import peer_libs
-from benchmarks.common import cores, median_ratio, print_table, write_json
+from benchmarks.common import cores, cpu_name, median_ratio, print_table, write_json
 from benchmarks.learner_speed import recipe_fps
 from benchmarks.peer_libs import MARK, PeerError, read_marks, steady_rate
 
@@ -360,6 +360,7 @@ def main(argv: list[str] | None = None) -> dict | list[dict]:
     medians = {n: median_ratio(rates["recipe"], rates[n]) for n in names}
     result = {
         "game": opts.game,
+        "host": cpu_name(),
         "cores": cores(),
         "device": opts.device,
         "batches": opts.batches,

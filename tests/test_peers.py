@@ -191,6 +191,7 @@ def test_rounds_pair_the_recipe_with_each_library_peer(tmp_path, monkeypatch, ca
         assert result["ratio_median"][name] == pytest.approx(sum(result["ratios"][name]) / 2)
     assert result["peers"]["sb3"]["installed"] == {"versions": "stable-baselines3 x"}
     assert result["recipe_flags"] == ["--env.sticky-actions", "0"]
+    assert result["host"] == cpu_name()
     printed = capsys.readouterr().out
     assert "median ratio" in printed and "Sample Factory 2.1.1" in printed
 
