@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> dict | list[dict]:
             commands[row] += torchrl_overrides(opts.game, opts.batches, "<tmp>", opts.device)
         else:
             titles[row] = peer_libs.peer(name).title
-            if name == "sf" and len(layouts) > 1:
+            if row != name:  # one of several Sample Factory layouts
                 titles[row] += f", {workers} x {work.num_envs // workers} simulators"
             args = speed_args(name, opts, "<tmp>", workers)
             commands[row] = peer_libs.command(name, opts.cache, args)
@@ -369,14 +369,12 @@ def main(argv: list[str] | None = None) -> dict | list[dict]:
         "sf_workers": layouts[0] if len(layouts) == 1 else layouts,
         "recipe_flags": RECIPE_FLAGS,
         "peers": {
-            n: {
-                "title": titles[n],
-                "command": commands[n],
-                "installed": {}
-                if rows_of[n][0] == "torchrl"
-                else peer_libs.installed(rows_of[n][0], opts.cache),
+            row: {
+                "title": titles[row],
+                "command": commands[row],
+                "installed": {} if name == "torchrl" else peer_libs.installed(name, opts.cache),
             }
-            for n in names
+            for row, (name, _) in rows_of.items()
         },
         "rounds": rates,
         "ratios": ratios,
