@@ -145,7 +145,9 @@ def recipe_fps(
     probe (see the module docstring)."""
     from recipes import a2c_atari, dqn_atari, ppo_atari
 
-    skip = max(0, probe_window() - warmup)
+    # A fixed thread count (``--threads.torch-threads N``) leaves nothing to probe.
+    fixed = "--threads.torch-threads" in flags
+    skip = 0 if fixed else max(0, probe_window() - warmup)
     batches, warmup = batches + skip, warmup + skip
 
     cfg = {"ppo": ppo_atari, "a2c": a2c_atari, "dqn": dqn_atari}[algo].Config()

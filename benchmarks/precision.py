@@ -26,7 +26,7 @@ the recipe's own thread plan, the first batches and the thread probe left out).
 matrix product (``avx512_core_amx_bf16``: AMX tiles; ``avx512_core_bf16``: AVX-512 BF16; an
 implementation without bf16 in its name, or ``ref``, would explain a missing gain).
 
-``--quick`` (benchmarks.run's quick run): a batch of 8 x 32 steps, 3 rounds, no compile; its
+``--quick`` (benchmarks.run's quick run): a batch of 8 x 32 steps, one round, no compile; its
 figures check that everything runs.
 """
 
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--rounds", type=int, default=0, help="default 5, quick 3")
+    p.add_argument("--rounds", type=int, default=0, help="default 5, quick 1")
     p.add_argument("--threads", type=int, default=1, help="torch threads (CPU)")
     p.add_argument("--compile", action="store_true", help="add --compile.loss pairs (slow)")
     p.add_argument("--kernels", action="store_true", help="oneDNN's kernels (ONEDNN_VERBOSE)")
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--recipe-batches", type=int, default=10)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    args.rounds = args.rounds or (3 if args.quick else 5)
+    args.rounds = args.rounds or (1 if args.quick else 5)
     torch.set_num_threads(args.threads)
     results: dict[str, Any] = {"device": args.device, "threads": args.threads}
     load = os.getloadavg()[0]

@@ -35,8 +35,9 @@ rounds) and the target, with ``MISSED`` where the target is not met:
   alone (``benchmarks.replay_memory``).
 
 ``--quick`` (about 5 minutes on 2 cores): 2 simulators, short rounds, small training batches
-and few iterations, one game, a 40k-transition replay extrapolated to 1M, training rows against
-the plain loop at the learner's thread count only, the learner row against ``plain@1`` only. Its
+and few iterations, one game, a 40k-transition replay extrapolated to 1M, training rows with
+the recipe fixed at the learner's thread count (no thread probe) against the plain loop at that
+count only, the learner row ``recipe@1`` against ``plain@1`` only, one precision round. Its
 figures check that everything runs; only full runs are worth quoting. Startup (worker
 processes, first batches) is never timed.
 """
@@ -441,11 +442,12 @@ def replay_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]
 
 def learner_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
     """Each recipe's thread plan (and ``--compile.loss``) against its plain loop at the plain
-    loop's best torch thread count (``benchmarks.learner_speed``); quick: PPO, idle, eager."""
+    loop's best torch thread count (``benchmarks.learner_speed``); quick: PPO, idle, eager, the
+    recipe at one torch thread (no thread probe) against the plain loop at one."""
     from benchmarks import learner_speed
 
     if args.quick:
-        quick = "--algos ppo --batches 2 --warmup 1 --no-compile --only recipe plain@1"
+        quick = "--algos ppo --batches 2 --warmup 1 --no-compile --only recipe@1 plain@1"
         runs = [quick.split()]
     else:
         # One round of 4 steady PPO batches (~4 s) read the recipe anywhere in 0.70-1.21x of
@@ -465,7 +467,7 @@ def learner_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]
         algo, condition = key.split("/")
         plain = {k: v for k, v in configs.items() if k.startswith("plain")}
         best = max(plain, key=lambda k: plain[k]["fps"])
-        for name in ("recipe", "recipe+compile"):
+        for name in ("recipe", "recipe@1", "recipe+compile"):
             if name not in configs:
                 continue
             rows.append(

@@ -255,12 +255,16 @@ def bench_spec(
     probe = make_config(spec, game, device, quick, "unused", num_envs)
     plan = plan_threads(probe.threads, probe.collector.num_workers)
     counts = sorted({plan.learner_torch, plan.update_torch or plan.learner_torch})
+    fixed = 0
     if quick:
-        # A smoke test of the row, not a figure: one plain run at the learner's share (the
-        # choice of the faster count is the same code, tested on its own).
+        # A smoke test of the row, not a figure: one plain run at the learner's share and the
+        # recipe fixed at that count, so it probes no thread counts (about 10 batches per
+        # recipe; the choice of the faster count and the probe are the same code, tested on
+        # their own).
         counts = counts[:1]
+        fixed = counts[0]
     plains = {f"plain@{n}": n for n in counts}
-    probing = probe_batches(spec, probe, plan)
+    probing = 0 if fixed else probe_batches(spec, probe, plan)
     rates: dict[str, list[float]] = {"recipe": [], **{name: [] for name in plains}}
     details: dict[str, Any] = {}
     t0 = time.perf_counter()
@@ -269,6 +273,8 @@ def bench_spec(
         for which in order:
             run_dir = tempfile.mkdtemp(prefix=f"bench_{spec.name}_")
             cfg = make_config(spec, game, device, quick, run_dir, num_envs)
+            if fixed:
+                cfg.threads.torch_threads = fixed
             if which == "recipe":
                 cfg.total_frames += probing * cfg.collector.steps_per_batch * cfg.env.frameskip
                 records = run_recipe(spec, cfg)

@@ -5,6 +5,7 @@ plain_parity.py)."""
 from __future__ import annotations
 
 import csv
+import os
 import socket
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -13,6 +14,12 @@ from typing import Any
 import torch
 
 from reference.cartpole_presets import use_cartpole
+
+# The torch threads of the recipe runs the tests start (conftest.py sets the same count for the
+# test processes; ACCELRL_TEST_THREADS=2 runs both with two). A recipe's own plan would give its
+# updates every core and probe 1 against 2 threads, while the suite's second pytest-xdist worker
+# keeps the other core busy: oversubscribed OpenMP updates, several times slower.
+TEST_THREADS = int(os.environ.get("ACCELRL_TEST_THREADS", "1"))
 
 
 def count_batches(run: Callable[[], Any]) -> tuple[Any, int]:
@@ -37,9 +44,11 @@ def cartpole_recipe_config(
     config: Callable[..., Any], algo: str, run_dir: Path | str, eval_episodes: int, seed: int = 0
 ) -> Any:
     """A recipe's ``Config`` (``config``: its class) with the CartPole settings for ``algo``
-    (``reference.cartpole_presets.use_cartpole``), ``seed`` and ``run_dir``, no progress line,
-    no TensorBoard, and ``eval_episodes`` greedy episodes after training."""
+    (``reference.cartpole_presets.use_cartpole``), ``seed`` and ``run_dir``, ``TEST_THREADS``
+    torch threads, no progress line, no TensorBoard, and ``eval_episodes`` greedy episodes after
+    training."""
     cfg = use_cartpole(config(seed=seed, run_dir=str(run_dir)), algo)
+    cfg.threads.torch_threads = TEST_THREADS
     cfg.log.progress = False
     cfg.log.tensorboard = False
     cfg.log.eval_episodes = eval_episodes
@@ -48,11 +57,11 @@ def cartpole_recipe_config(
 
 def cartpole_flags(*extra: str, eval_episodes: int = 0) -> list[str]:
     """The recipe flags of a CartPole PPO run of a few seconds (4 simulators, 64 steps a batch,
-    ``eval_episodes`` greedy episodes after training, no TensorBoard, no progress line), then
-    ``extra``."""
+    ``TEST_THREADS`` torch threads, ``eval_episodes`` greedy episodes after training, no
+    TensorBoard, no progress line), then ``extra``."""
     return ["--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch",
-            "64", "--log.eval-episodes", str(eval_episodes), "--log.no-tensorboard",
-            "--log.no-progress", *extra]  # fmt: skip
+            "64", "--threads.torch-threads", str(TEST_THREADS), "--log.eval-episodes",
+            str(eval_episodes), "--log.no-tensorboard", "--log.no-progress", *extra]  # fmt: skip
 
 
 def print_cartpole_result(capsys: Any, name: str, summary: dict[str, Any]) -> None:

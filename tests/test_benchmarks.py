@@ -162,7 +162,7 @@ def test_train_rows_leave_out_the_recipes_first_thread_probe(monkeypatch):
     )
     monkeypatch.setattr(collectors, "plan_threads", lambda *a, **k: plan)
     spec = next(s for s in tt.SPECS if s.name == "ppo")
-    batch = tt.make_config(spec, "Pong", "cpu", quick=True, run_dir="unused")
+    batch = tt.make_config(spec, "Pong", "cpu", quick=False, run_dir="unused")
     frames = batch.collector.steps_per_batch * batch.env.frameskip
     probing = tt.probe_batches(spec, batch, plan)
     # Updates: warm-up, then 2 probes of each count; collections: from the second on, 4 each.
@@ -174,9 +174,11 @@ def test_train_rows_leave_out_the_recipes_first_thread_probe(monkeypatch):
     assert tt.probe_batches(dqn, dqn_cfg, plan) == 10
     dqn_cfg.dqn.asynchronous = True  # the replay feeder collects during updates: one count
     assert tt.probe_batches(dqn, dqn_cfg, plan) == 0
-    slow = spec.warmup[True] + probing
+    slow = spec.warmup[False] + probing
+    threads = []
 
     def recipe(spec, cfg):  # warm-up and probe batches at 10 frames/s, then 100 frames/s
+        threads.append(cfg.threads.torch_threads)
         n = cfg.total_frames // frames
         times = itertools.accumulate(frames / (10.0 if i < slow else 100.0) for i in range(n))
         return [((i + 1) * frames, t) for i, t in enumerate(times)]
@@ -187,8 +189,16 @@ def test_train_rows_leave_out_the_recipes_first_thread_probe(monkeypatch):
 
     monkeypatch.setattr(tt, "run_recipe", recipe)
     monkeypatch.setattr(tt, "plain_runner", plain_runner)
+    res = tt.bench_spec(spec, "Pong", "cpu", quick=False, rounds=1, verbose=False)
+    assert res["recipe_probe_iterations"] == 10 and threads == [0]  # the recipe's own plan
+    assert res["ratio"] == pytest.approx(1.0)
+    # --quick fixes the recipe at the plain loop's count: nothing to probe, no batches on top.
+    threads.clear()
+    quick = tt.make_config(spec, "Pong", "cpu", quick=True, run_dir="unused")
+    frames = quick.collector.steps_per_batch * quick.env.frameskip
+    slow = spec.warmup[True]
     res = tt.bench_spec(spec, "Pong", "cpu", quick=True, rounds=1, verbose=False)
-    assert res["recipe_probe_iterations"] == 10
+    assert res["recipe_probe_iterations"] == 0 and threads == [1]
     assert res["ratio"] == pytest.approx(1.0)
 
 

@@ -11,7 +11,8 @@ and 370) and 181, 141 and 191 in this test (the thread plan's 2 threads); feed-f
 and 46 (44-45 at 150k; 44.8 in this test). With the velocities shown the feed-forward policy
 reaches 500 (tests/test_ppo.py). The thresholds sit between the two with room for other CPU
 kernels' trajectories: every LSTM seed at 80 or more and their mean at 110 or more, the
-feed-forward policy under 60."""
+feed-forward policy under 60. The test runs LSTM seeds 0 and 1 (a third seed cost CI about 2.5
+minutes on a 2-core Zen 1); a broken memory scores like the feed-forward policy, far under 80."""
 
 import pytest
 
@@ -19,6 +20,7 @@ from recipes import ppo_atari
 from tests.helpers import cartpole_recipe_config
 
 FRAMES = 50_000
+LSTM_SEEDS = (0, 1)
 
 
 def hidden_velocities(tmp_path, recurrent: str, seed: int):
@@ -31,7 +33,7 @@ def hidden_velocities(tmp_path, recurrent: str, seed: int):
 @pytest.mark.slow
 def test_an_lstm_policy_balances_without_velocities_and_a_feed_forward_one_cannot(tmp_path, capsys):
     scores = {}
-    for recurrent, seeds in (("none", [0]), ("lstm", [0, 1, 2])):
+    for recurrent, seeds in (("none", [0]), ("lstm", LSTM_SEEDS)):
         for seed in seeds:
             summary = ppo_atari.train(hidden_velocities(tmp_path, recurrent, seed))
             assert summary["frames"] >= FRAMES
@@ -40,5 +42,5 @@ def test_an_lstm_policy_balances_without_velocities_and_a_feed_forward_one_canno
                       f"last-100 {summary['mean_return_100']:.1f}")  # fmt: skip
             scores[recurrent, seed] = summary["mean_return_100"]
     assert scores["none", 0] < 60, scores
-    lstm = [scores["lstm", seed] for seed in (0, 1, 2)]
-    assert min(lstm) >= 80 and sum(lstm) / 3 >= 110, scores
+    lstm = [scores["lstm", seed] for seed in LSTM_SEEDS]
+    assert min(lstm) >= 80 and sum(lstm) / len(lstm) >= 110, scores
