@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from reference.cartpole_presets import use_cartpole
+from reference.cartpole_presets import cartpole_config, use_cartpole
 
 # The torch threads of the recipe runs the tests start (conftest.py sets the same count for the
 # test processes; ACCELRL_TEST_THREADS=2 runs both with two). A recipe's own plan would give its
@@ -96,3 +96,18 @@ def first_episodes_mean(run_dir: Path, n: int = 100) -> float:
     with open(run_dir / "episodes.csv") as fh:
         rows = list(csv.DictReader(fh))[:n]
     return sum(float(r["return"]) for r in rows) / len(rows)
+
+
+def dqn_cartpole_run(algo: str, seed: int, run_dir: Path) -> dict[str, Any]:
+    """The recipe with the learning-parity benchmark's settings for ``algo`` (the same values
+    its plain loop runs with: ``reference.cartpole_presets.cartpole_config``)."""
+    from recipes.dqn_atari import train
+
+    cfg = cartpole_config(algo, seed, eval_episodes=10, run_dir=str(run_dir))
+    summary = train(cfg)
+    first = first_episodes_mean(run_dir)
+    print(
+        f"[cartpole {algo}] seed {seed}: first-100 {first:.1f}, last-100 "
+        f"{summary['mean_return_100']:.1f}, greedy {summary['eval/greedy_return']:.1f}"
+    )
+    return {**summary, "first_100": first}
