@@ -5,10 +5,12 @@ import subprocess
 import pytest
 import torch
 
+from tests.helpers import TEST_THREADS
+
 # Tests share 2 cores with ALE's threads and collector workers: one torch thread avoids
 # OpenMP barrier stalls (see accelrl.collectors.plan_threads). ACCELRL_TEST_THREADS=2 runs them
 # with two (tests/under_kernels.sh does, to show no result depends on the thread count).
-torch.set_num_threads(int(os.environ.get("ACCELRL_TEST_THREADS", "1")))
+torch.set_num_threads(TEST_THREADS)
 
 START_CLUSTER = "bash slurm/testing/local_cluster.sh start"
 

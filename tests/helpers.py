@@ -15,8 +15,8 @@ import torch
 
 from reference.cartpole_presets import cartpole_config, use_cartpole
 
-# The torch threads of the recipe runs the tests start (conftest.py sets the same count for the
-# test processes; ACCELRL_TEST_THREADS=2 runs both with two). A recipe's own plan would give its
+# The torch threads of the test processes (conftest.py sets them) and of the recipe runs the
+# tests start; ACCELRL_TEST_THREADS=2 runs both with two. A recipe's own plan would give its
 # updates every core and probe 1 against 2 threads, while the suite's second pytest-xdist worker
 # keeps the other core busy: oversubscribed OpenMP updates, several times slower.
 TEST_THREADS = int(os.environ.get("ACCELRL_TEST_THREADS", "1"))
