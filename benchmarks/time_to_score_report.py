@@ -10,8 +10,9 @@ finished game, wall seconds from launch, frames, unclipped score). Writes to OUT
   target as a dashed line;
 - ``table.md`` (also printed): each run's host, time to the target from launch and from its
   first update, the frames it took and its frames per second over that stretch; then each
-  library's mean time over its seeds on each host, and that mean over the recipe's on the same
-  host (the library's time / the recipe's: above 1, the recipe is faster).
+  library's mean time over its seeds on each host, each run's time, the mean frames at the
+  target (the learning per frame, which frames/s cannot show), and the mean time over the
+  recipe's on the same host (the library's time / the recipe's: above 1, the recipe is faster).
 
 Hosts differ by several times in speed, so minutes are compared only within one host (the CPU
 that ``time_to_score`` records): a library whose runs are on a host where the recipe has none
@@ -140,11 +141,19 @@ def table(runs: Sequence[Run], game: str, target: float, window: int) -> str:
         means[key] = float(np.mean([r.result["wall_s_from_launch"] for r in mine])) if ok else None
     lines += [
         "",
-        "| library | host | runs | mean minutes from launch | library / accelrl on that host |",
-        "|---|---|---|---|---|",
+        "| library | host | runs | mean minutes from launch | each run's minutes "
+        "| mean frames at target | library / accelrl on that host |",
+        "|---|---|---|---|---|---|---|",
     ]
     for (library, host), mean in means.items():
-        n = sum((r.library, r.host) == (library, host) for r in runs)
+        mine = [r for r in runs if (r.library, r.host) == (library, host)]
+        n = len(mine)
+        each = ", ".join(fmt_min(r.result.get("wall_s_from_launch")) for r in mine)
+        frames = (
+            f"{np.mean([r.result['frames_at_target'] for r in mine]):,.0f}"
+            if mean is not None
+            else "-"
+        )
         base = means.get((RECIPE, host))
         if (RECIPE, host) not in means:
             ratio = "- (no accelrl run on this host)"
@@ -153,7 +162,9 @@ def table(runs: Sequence[Run], game: str, target: float, window: int) -> str:
         else:
             ratio = f"{mean / base:.2f}x"
         shown = "not all reached" if mean is None else fmt_min(mean)
-        lines.append(f"| {library} | {labels[host]} | {n} | {shown} | {ratio} |")
+        lines.append(
+            f"| {library} | {labels[host]} | {n} | {shown} | {each} | {frames} | {ratio} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -450,6 +450,9 @@ def test_time_to_score_report_tabulates_each_run_and_each_librarys_mean(tmp_path
 
     write_tts_run(tmp_path / "r0", seed=0, scores=[1, 9, 11, 12], reached_at=3)
     write_tts_run(tmp_path / "r1", seed=1, scores=[1, 9, 13], reached_at=3, wall_per_game=100)
+    r1 = json.loads((tmp_path / "r1" / "time_to_score.json").read_text())
+    r1["frames_at_target"] = 5000  # seeds differ in frames: the means below are means
+    (tmp_path / "r1" / "time_to_score.json").write_text(json.dumps(r1))
     write_tts_run(tmp_path / "s0", peer="sb3", seed=0, scores=[1, 2, 9, 12], reached_at=4,
                   wall_per_game=150)  # fmt: skip
     write_tts_run(tmp_path / "f0", peer="sf", seed=0, scores=[1, 2, 3])  # not reached
@@ -469,18 +472,21 @@ def test_time_to_score_report_tabulates_each_run_and_each_librarys_mean(tmp_path
     assert "- host A: CPU X" in text and "- host B: CPU Y" in text and "- host C: CPU Z" in text
     # runs: the recipe first, seed by seed; minutes = games x wall per game / 60
     assert rows[1].startswith("| accelrl | 0 | A | yes | 3.0 | 2.5 | 3,000 | 20 |")
-    assert rows[2].startswith("| accelrl | 1 | A | yes | 5.0 | 4.5 | 3,000 |")
+    assert rows[2].startswith("| accelrl | 1 | A | yes | 5.0 | 4.5 | 5,000 |")
     assert rows[3].startswith("| accelrl | 2 | B | yes | 2.0 |")
     assert rows[4].startswith("| Stable-Baselines3 | 0 | A | yes | 10.0 |")  # the speed order
     assert rows[7].startswith("| Sample Factory | 0 | A | no (time budget, 1440.0 min) | - |")
     # means on host A: accelrl (3 + 5) / 2 = 4 min; SB3 10 min = 2.50x (not against the
     # recipe's runs on B); SF has a run short of the target
-    assert "| accelrl | A | 2 | 4.0 | 1.00x |" in text
-    assert "| Stable-Baselines3 | A | 1 | 10.0 | 2.50x |" in text
-    assert "| Sample Factory | A | 2 | not all reached | - |" in text
+    assert "| accelrl | A | 2 | 4.0 | 3.0, 5.0 | 4,000 | 1.00x |" in text
+    assert "| Stable-Baselines3 | A | 1 | 10.0 | 10.0 | 4,000 | 2.50x |" in text
+    assert "| Sample Factory | A | 2 | not all reached | -, 2.0 | - | - |" in text
     # host B: CleanRL 3 min against the recipe's 2; host C has no recipe run to set SB3 against
-    assert "| CleanRL | B | 1 | 3.0 | 1.50x |" in text
-    assert "| Stable-Baselines3 | C | 1 | 2.0 | - (no accelrl run on this host) |" in text
+    assert "| CleanRL | B | 1 | 3.0 | 3.0 | 3,000 | 1.50x |" in text
+    assert (
+        "| Stable-Baselines3 | C | 1 | 2.0 | 2.0 | 2,000 | - (no accelrl run on this host) |"
+        in text
+    )
 
 
 def test_time_to_score_report_refuses_runs_of_different_targets(tmp_path, capsys):
