@@ -25,6 +25,7 @@ def test_dqn_variants_learn_cartpole(tmp_path, algo, capsys):
     loop's figures: docs/results/learning.md)."""
     r = dqn_cartpole_run(algo, 0, tmp_path / "run")
     print_cartpole_result(capsys, f"{algo} seed 0", r)
-    # Returns rise from the random policy's ~22 (first 100 episodes) to the threshold.
-    assert r["first_100"] < 60
+    # Returns rise from the untrained policy's ~20-30 (the episodes before the first update) to
+    # the threshold. Rainbow learns within its first 100 episodes: their mean reached 59.
+    assert r["untrained"] < 60
     assert r["mean_return_100"] >= VARIANTS[algo], r
