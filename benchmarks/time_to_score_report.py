@@ -134,9 +134,11 @@ def table(runs: Sequence[Run], game: str, target: float, window: int) -> str:
             f"| {'-' if frames is None else f'{frames:,}'} | {fps} "
             f"| {'-' if best is None else f'{best:.2f}'} |"
         )
+    groups: dict[tuple[str, str], list[Run]] = {}  # (library, host) -> its runs, in order
+    for r in runs:
+        groups.setdefault((r.library, r.host), []).append(r)
     means: dict[tuple[str, str], float | None] = {}  # (library, host) -> mean seconds
-    for key in dict.fromkeys((r.library, r.host) for r in runs):
-        mine = [r for r in runs if (r.library, r.host) == key]
+    for key, mine in groups.items():
         ok = all(r.reached for r in mine)
         means[key] = float(np.mean([r.result["wall_s_from_launch"] for r in mine])) if ok else None
     lines += [
@@ -146,8 +148,7 @@ def table(runs: Sequence[Run], game: str, target: float, window: int) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for (library, host), mean in means.items():
-        mine = [r for r in runs if (r.library, r.host) == (library, host)]
-        n = len(mine)
+        mine = groups[library, host]
         each = ", ".join(fmt_min(r.result.get("wall_s_from_launch")) for r in mine)
         frames = (
             f"{np.mean([r.result['frames_at_target'] for r in mine]):,.0f}"
@@ -163,7 +164,7 @@ def table(runs: Sequence[Run], game: str, target: float, window: int) -> str:
             ratio = f"{mean / base:.2f}x"
         shown = "not all reached" if mean is None else fmt_min(mean)
         lines.append(
-            f"| {library} | {labels[host]} | {n} | {shown} | {each} | {frames} | {ratio} |"
+            f"| {library} | {labels[host]} | {len(mine)} | {shown} | {each} | {frames} | {ratio} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -426,7 +426,7 @@ def test_cpu_name_names_the_model_its_numbers_and_its_widest_vectors():
 
 
 def write_tts_run(folder, *, peer=None, seed=0, scores=(), wall_per_game=60.0, reached_at=None,
-                  target=10.0, window=2, host="CPU X"):  # fmt: skip
+                  target=10.0, window=2, host="CPU X", frames_at_target=None):  # fmt: skip
     folder.mkdir(parents=True)
     result = {"game": "Breakout", "seed": seed, "target": target, "window": window, "host": host,
               "budget_s": 86400.0, "reached": reached_at is not None,
@@ -434,7 +434,8 @@ def write_tts_run(folder, *, peer=None, seed=0, scores=(), wall_per_game=60.0, r
               "wall_s_from_launch": None if reached_at is None else reached_at * wall_per_game,
               "wall_s_from_first_update": None if reached_at is None
               else reached_at * wall_per_game - 30,
-              "frames_at_target": None if reached_at is None else reached_at * 1000,
+              "frames_at_target": None if reached_at is None
+              else frames_at_target or reached_at * 1000,
               "best_mean": max(scores)}  # fmt: skip
     if peer:
         result["peer"] = peer
@@ -449,10 +450,9 @@ def test_time_to_score_report_tabulates_each_run_and_each_librarys_mean(tmp_path
     from benchmarks import time_to_score_report as tts_report
 
     write_tts_run(tmp_path / "r0", seed=0, scores=[1, 9, 11, 12], reached_at=3)
-    write_tts_run(tmp_path / "r1", seed=1, scores=[1, 9, 13], reached_at=3, wall_per_game=100)
-    r1 = json.loads((tmp_path / "r1" / "time_to_score.json").read_text())
-    r1["frames_at_target"] = 5000  # seeds differ in frames: the means below are means
-    (tmp_path / "r1" / "time_to_score.json").write_text(json.dumps(r1))
+    # seeds differ in frames (3,000 and 5,000), so the library's mean frames is a mean
+    write_tts_run(tmp_path / "r1", seed=1, scores=[1, 9, 13], reached_at=3, wall_per_game=100,
+                  frames_at_target=5000)  # fmt: skip
     write_tts_run(tmp_path / "s0", peer="sb3", seed=0, scores=[1, 2, 9, 12], reached_at=4,
                   wall_per_game=150)  # fmt: skip
     write_tts_run(tmp_path / "f0", peer="sf", seed=0, scores=[1, 2, 3])  # not reached
