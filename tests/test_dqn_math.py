@@ -175,10 +175,14 @@ def test_update_applies_one_adam_step_of_the_hand_gradient():
         torch.testing.assert_close(got, want, **TIGHT)
 
 
-def hand_c51_loss(dqn: DQN, td: TensorDict) -> torch.Tensor:
+def hand_c51_loss(
+    dqn: DQN, td: TensorDict, weight: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, per-sample cross-entropies) of C51 on ``td``, in ``td``'s dtype."""
     cfg = dqn.cfg
     online, target = network(dqn), target_network(dqn)
-    support = torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms)
+    dtype = td["next", "reward"].dtype
+    support = torch.linspace(cfg.v_min, cfg.v_max, cfg.atoms, dtype=dtype)
     dz = (cfg.v_max - cfg.v_min) / (cfg.atoms - 1)
     rows = torch.arange(B)
     with torch.no_grad():
@@ -187,7 +191,7 @@ def hand_c51_loss(dqn: DQN, td: TensorDict) -> torch.Tensor:
         best = (p_online * support[:, None]).sum(-2).argmax(-1)
         p_next = target(td["next", "observation"]).softmax(-2)[rows, :, best]  # [B, atoms]
         k = td["steps_to_next_obs"].view(-1, 1).to(td["next", "reward"])
-        alive = (~td["next", "terminated"].view(-1, 1)).float()
+        alive = (~td["next", "terminated"].view(-1, 1)).to(dtype)
         tz = (td["next", "reward"].view(-1, 1) + alive * GAMMA**k * support).clamp(
             cfg.v_min, cfg.v_max
         )
@@ -196,22 +200,60 @@ def hand_c51_loss(dqn: DQN, td: TensorDict) -> torch.Tensor:
         b = (tz - cfg.v_min) / dz  # [B, atoms]
         kernel = (1 - (b[:, :, None] - torch.arange(cfg.atoms)[None, None]).abs()).clamp_min(0)
         m = (p_next[:, :, None] * kernel).sum(1)  # [B, atoms]
-        torch.testing.assert_close(m.sum(-1), torch.ones(B), rtol=0, atol=1e-5)
+        torch.testing.assert_close(m.sum(-1), torch.ones(B, dtype=dtype), rtol=0, atol=1e-5)
     log_p = online(td["observation"]).log_softmax(-2)[rows, :, td["action"]]
-    return -(m * log_p).sum(-1).mean()
+    per_sample = -(m * log_p).sum(-1)
+    loss = (per_sample * weight).mean() if weight is not None else per_sample.mean()
+    return loss, per_sample.detach()
+
+
+def c51_batch(weight: bool = False, dtype: torch.dtype = torch.float64) -> TensorDict:
+    """``fixed_batch`` with a terminated transition whose reward lands on an atom (the
+    projection's case of a target exactly on the support); clamped targets at both ends of the
+    support are in the batch anyway (rewards of +-3 sd against a support of [-5, 5])."""
+    td = fixed_batch(weight=weight, dtype=dtype)
+    td["next", "reward"][1] = 2.0  # transition 1 is terminated: its target is 2.0 for every atom
+    return td
+
+
+C51 = dict(distributional=True, atoms=11, v_min=-5.0, v_max=5.0)
 
 
 def test_c51_projection_and_cross_entropy_match_hand_computation():
-    # Float32: TorchRL's C51 projection (DistributionalDQNLoss) works in float32 only. The loss
-    # sums 12 x 11 products m * log p of order 1; two summation orders of n terms differ by at
-    # most n * 2**-24 of their absolute sum (132 * 6e-8 = 8e-6 of a loss of ~2): rtol 1e-5.
-    # A mass put on the wrong neighbour atom moves the loss by ~1e-2.
-    dqn = make_dqn(dtype=torch.float32, distributional=True, atoms=11, v_min=-5.0, v_max=5.0)
+    # Float32, the default: the loss sums 12 x 11 products m * log p of order 1; two
+    # summation orders of n terms differ by at most n * 2**-24 of their absolute sum (132 *
+    # 6e-8 = 8e-6 of a loss of ~2): rtol 1e-5. A mass put on the wrong neighbour atom moves the
+    # loss by ~1e-2.
+    dqn = make_dqn(dtype=torch.float32, **C51)
     desync_target(dqn)
-    td = fixed_batch(dtype=torch.float32)
-    hand = hand_c51_loss(dqn, td)
+    td = c51_batch(dtype=torch.float32)
+    hand, _ = hand_c51_loss(dqn, td)
     loss, _ = dqn.objective(td.clone())
     torch.testing.assert_close(loss, hand.detach(), rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["uniform", "is-weights"])
+def test_c51_loss_gradient_and_priorities_match_hand_computation_in_float64(weighted):
+    """The update's C51 terms in float64 (networks and batch) against the hand computation:
+    loss, gradients and priorities (the cross-entropies), with importance weights as
+    mean(w * loss)."""
+    dqn = make_dqn(prioritized=weighted, **C51)
+    desync_target(dqn)
+    td = c51_batch(weight=weighted)
+    weight = td["_weight"] if weighted else None
+    params = list(network(dqn).parameters())
+    with float64():
+        hand, hand_priority = hand_c51_loss(dqn, td, weight)
+        hand.backward()
+        expected_grads = grads(params)
+        for p in params:
+            p.grad = None
+        loss, priority = dqn.objective(td.clone())
+    torch.testing.assert_close(loss, hand.detach(), **TIGHT)
+    loss.backward()
+    for got, want in zip(grads(params), expected_grads, strict=True):
+        torch.testing.assert_close(got, want, **TIGHT)
+    torch.testing.assert_close(priority, hand_priority, **TIGHT)
 
 
 def test_dueling_head_is_value_plus_centred_advantage():
@@ -319,23 +361,29 @@ def test_prioritized_run_survives_skipped_nonfinite_steps(tmp_path, monkeypatch)
     assert all(torch.isfinite(torch.tensor(float(r["loss/q"]))) for r in rows[-3:])
 
 
-@pytest.mark.parametrize("double", [False, True], ids=["dqn", "double"])
-def test_direct_q_loss_matches_torchrl_dqnloss_through_target_copies_and_loading(double):
-    """``DQN`` computes expected-value losses from its two networks directly; TorchRL's
-    ``DQNLoss`` (which still owns the target parameters) must give the same loss, gradients and
-    TD errors: before a target copy, after one, and in a DQN restored from a checkpoint."""
-    dqn = make_dqn(double=double, prioritized=True, target_update_interval=2)
-    td = fixed_batch(weight=True)
+@pytest.mark.parametrize(
+    "kind", [dict(double=False), dict(double=True), C51], ids=["dqn", "double", "c51"]
+)
+def test_direct_losses_match_torchrl_losses_through_target_copies_and_loading(kind):
+    """``DQN`` computes its losses from its two networks directly; TorchRL's ``DQNLoss`` /
+    ``DistributionalDQNLoss`` (which still own the target parameters) must give the same loss,
+    gradients and TD errors (C51: cross-entropies): before a target copy, after one, and in a
+    DQN restored from a checkpoint. Float64 throughout: TorchRL's C51 projection allocates in
+    the default dtype, which ``float64()`` sets."""
+    dqn = make_dqn(prioritized=True, target_update_interval=2, **kind)
+    direct_terms = DQN._c51_terms if "distributional" in kind else DQN._q_terms
+    td = c51_batch(weight=True)
 
     def both(agent: DQN) -> None:
         params = list(network(agent).parameters())
         for p in params:
             p.grad = None  # update() leaves its last gradients
         results = []
-        for terms in (agent._q_terms, agent._loss_terms):
+        for terms in (direct_terms, DQN._loss_terms):
             sample = td.clone()
             sample.set("priority_weight", sample.get("_weight"))
-            loss, td_error = terms(sample)
+            with float64():
+                loss, td_error = terms(agent, sample)
             loss.backward()
             results.append((loss.detach(), td_error.reshape(-1), grads(params)))
             for p in params:
@@ -355,7 +403,7 @@ def test_direct_q_loss_matches_torchrl_dqnloss_through_target_copies_and_loading
     )
     dqn.update(td.clone())  # online and target differ again
     both(dqn)
-    restored = make_dqn(double=double, prioritized=True, target_update_interval=2)
+    restored = make_dqn(prioritized=True, target_update_interval=2, **kind)
     restored.load_state_dict(copy.deepcopy(dqn.state_dict()))
     torch.testing.assert_close(
         list(restored.target_network.parameters()), list(target_network(dqn).parameters())

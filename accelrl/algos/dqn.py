@@ -5,9 +5,10 @@
 combine freely; the ``rainbow`` preset turns them all on without noisy nets (the paper's
 eps-Rainbow). TorchRL's ``DistributionalDQNLoss`` has no double-Q switch: with
 ``distributional`` the online network always picks the bootstrap action (by expected value)
-and the target network scores it, i.e. it is always double. Expected-value losses are computed
-directly from the two networks, with ``DQNLoss`` holding the parameters and target parameters
-(``DQN._q_terms``: TorchRL's forward costs as much as the update on small networks).
+and the target network scores it, i.e. it is always double. The updates compute both losses
+directly from the two networks, with ``DQNLoss`` / ``DistributionalDQNLoss`` holding the
+parameters and target parameters (``DQN._q_terms``, ``DQN._c51_terms``: TorchRL's forward
+costs as much as the update on small networks).
 
 Presets for the paper's large batches keep the training intensity (replayed samples per
 collected sample, 8 as in the Atari papers) and grow the number of simulators with the batch,
@@ -399,14 +400,14 @@ class DQN:
         # by HardUpdate / SoftUpdate) and the checkpoint state; ``target_network`` is a copy
         # of the Q-network whose tensors *are* those target parameters, so it always holds the
         # current target weights (``tests/test_dqn_math.py`` checks both paths agree).
-        # C51 keeps TorchRL's DistributionalDQNLoss.
-        self.target_network: torch.nn.Module | None = None
-        terms = self._loss_terms
-        if not cfg.distributional:
-            self.target_network = copy.deepcopy(net).requires_grad_(False)
-            target = dqn_target_params(self.loss)
-            target.to_module(self.target_network)
-            terms = self._q_terms
+        # C51 likewise (``_c51_terms``): TorchRL's ``DistributionalDQNLoss`` runs three forward
+        # passes through parameter swaps and projects on the CPU in float32, and took 4x the
+        # plain loop's time for the loss on CartPole (``python -m benchmarks.dqn_update``).
+        # ``_loss_terms`` (TorchRL's loss modules themselves) stays as the oracle the tests
+        # compare both with.
+        self.target_network = copy.deepcopy(net).requires_grad_(False)
+        dqn_target_params(self.loss).to_module(self.target_network)
+        terms = self._c51_terms if cfg.distributional else self._q_terms
         # --compile.loss: the loss terms (online and target networks, targets) as one
         # torch.compile graph; backward, optimizer step and target updates stay eager.
         self._loss = torch.compile(terms) if compile_loss else terms
@@ -436,7 +437,9 @@ class DQN:
         return loss, priority.detach()
 
     def _loss_terms(self, sample: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        """TorchRL's loss module (C51): (mean of the weighted per-sample losses, priorities)."""
+        """TorchRL's loss modules themselves: (mean of the weighted per-sample losses,
+        priorities). The updates use ``_q_terms`` / ``_c51_terms``, which compute the same;
+        the tests hold those against this."""
         if "_weight" in sample.keys():
             sample.set("priority_weight", sample.get("_weight"))
         # Per-sample losses, already times the importance weights; the loss module writes the
@@ -444,6 +447,43 @@ class DQN:
         loss = self.loss(sample)["loss"].mean()
         td_error = sample.get("td_error").reshape(-1)
         return loss, td_error if self.cfg.distributional else td_error.sqrt()
+
+    def _c51_terms(self, sample: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """What ``DistributionalDQNLoss`` (``reduction="none"``) computes: (mean of the weighted
+        per-sample cross-entropies between the projected target distribution and the online
+        one at the taken action, the cross-entropies [B] as priorities). The online network
+        picks the bootstrap action by expected value, the target network scores it; the
+        projection runs in the networks' dtype on their device."""
+        nxt = sample.get("next")
+        next_obs = nxt.get(self.obs_key)
+        action = sample.get("action").reshape(-1)
+        rows = torch.arange(action.shape[0], device=action.device)
+        # Logits [B, atoms, actions]; log-probabilities over the atoms, as TorchRL's actor.
+        log_p = self.q_network(sample.get(self.obs_key)).log_softmax(-2)[rows, :, action]
+        with torch.no_grad():
+            support = self.support.to(log_p.dtype)
+            online_next = self.q_network(next_obs).log_softmax(-2).exp()
+            best = (online_next * support.unsqueeze(-1)).sum(-2).argmax(-1)
+            p_next = self.target_network(next_obs).log_softmax(-2).exp()[rows, :, best]
+            reward = nxt.get("reward").reshape(-1, 1).to(log_p.dtype)
+            k = sample.get("steps_to_next_obs", None)
+            gamma = self.cfg.gamma if k is None else self.cfg.gamma ** k.reshape(-1, 1).to(reward)
+            alive = 1 - nxt.get("terminated").reshape(-1, 1).to(reward.dtype)
+            atoms, v_min, v_max = self.cfg.atoms, self.cfg.v_min, self.cfg.v_max
+            tz = (reward + alive * gamma * support).clamp_(min=v_min, max=v_max)
+            b = (tz - v_min) / ((v_max - v_min) / (atoms - 1))
+            low, up = b.floor().long(), b.ceil().long()
+            # b on an atom (low == up): all its mass to that atom, paired with a neighbour of
+            # weight 0 (the lower one, or at the support's first atom the upper one)
+            low[(up > 0) & (low == up)] -= 1
+            up[(low < atoms - 1) & (low == up)] += 1
+            m = torch.zeros_like(p_next)
+            m.scatter_add_(1, low, p_next * (up.to(b.dtype) - b))
+            m.scatter_add_(1, up, p_next * (b - low.to(b.dtype)))
+        per_sample = -(m * log_p).sum(1)
+        weight = sample.get("_weight", None)
+        loss = per_sample * weight if weight is not None else per_sample
+        return loss.mean(), per_sample.detach()
 
     def _q_terms(self, sample: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """What ``DQNLoss`` (TD(0) on the n-step sample, smooth-L1, ``reduction="none"``)
@@ -520,8 +560,7 @@ class DQN:
         # The loss holds the online parameters (the Q-network's tensors) and the target ones
         # (as buffers; ``target_network`` holds the same tensors as parameters); ``explore``
         # the acting schedule's frame count.
-        nets = [self.q_network, self.loss, self.explore]
-        return nets if self.target_network is None else [*nets, self.target_network]
+        return [self.q_network, self.loss, self.explore, self.target_network]
 
     def initial_state(self, num_envs: int) -> None:
         return None  # feed-forward
