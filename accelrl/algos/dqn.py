@@ -52,17 +52,29 @@ class DQNConfig:
     rainbow-512: the paper's large batches. minatar: the MinAtar paper's DQN (for MinAtar/...
     games). A preset replaces defaults; flags given with non-default values win."""
     double: bool = False
+    """Double DQN: the online network picks the bootstrap action, the target network scores it."""
     dueling: bool = False
+    """Dueling heads: separate state-value and advantage streams."""
     n_step: int = 1
+    """Steps of reward summed before bootstrapping (n-step returns)."""
     prioritized: bool = False
+    """Prioritized replay: sample transitions by their TD error (priority_alpha, priority_beta)."""
     distributional: bool = False
+    """C51: learn a distribution of returns over atoms between v_min and v_max."""
     atoms: int = 51
+    """Distributional: support points of the return distribution (>= 2)."""
     v_min: float = -10.0
+    """Distributional: the lowest return the support represents."""
     v_max: float = 10.0
+    """Distributional: the highest return the support represents (> v_min)."""
     batch_size: int = 32
+    """Transitions per gradient step."""
     lr: float = 1e-4
+    """Adam's learning rate (scaled by --dist.lr-scaling with several ranks)."""
     adam_eps: float = 1.5e-4
+    """Adam's epsilon."""
     gamma: float = 0.99
+    """Discount factor, in [0, 1]."""
     training_intensity: float = 8.0
     """Replayed samples per collected sample (updates per batch = intensity x batch frames /
     batch_size)."""
@@ -73,18 +85,25 @@ class DQNConfig:
     tau: float = 0.0
     """> 0: Polyak-average the target network by tau after every update instead."""
     eps_start: float = 1.0
+    """Exploration: epsilon of epsilon-greedy acting at the start, in [0, 1]."""
     eps_end: float = 0.01
+    """Exploration: epsilon after eps_decay_frames, in [0, eps_start]."""
     eps_decay_frames: int = 1_000_000
     """Emulator frames over which epsilon decays linearly from eps_start to eps_end."""
     eval_eps: float = 0.001
+    """Epsilon of evaluation episodes, in [0, 1]."""
     max_grad_norm: float = 10.0
+    """Clip the gradient's global norm to this before each step."""
     replay_capacity: int = 1_000_000
+    """Transitions the replay holds (the oldest are overwritten); at least batch_size."""
     replay_dir: str | None = None
     """Folder for the memmap replay storage (None: in RAM)."""
     priority_alpha: float = 0.5
+    """Prioritized: how strongly priorities skew sampling, in [0, 1] (0: uniform)."""
     priority_beta: float = 0.4
     """Importance-sampling exponent, annealed linearly to 1 over the run."""
     life_loss_boundary: bool = True
+    """Treat a lost life as terminal in the targets (the game goes on)."""
     asynchronous: bool = False
     """Collect into the replay in a background thread while the learner samples from it
     (``accelrl.async_replay``); a throttle holds replayed / collected at training_intensity."""
