@@ -7,6 +7,7 @@ import dataclasses
 import importlib
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,3 +51,100 @@ def test_every_flag_has_help_text(name, cls):
         path for path, owner, field in leaf_fields(cls) if not field_docstrings(owner).get(field)
     ]
     assert not missing, f"{name}: flags without help text (a docstring under the field): {missing}"
+
+
+# Flags whose value may be negative (the bounds of C51's support).
+SIGNED = {"dqn.v_min", "dqn.v_max"}
+PROBABILITIES = [
+    "env.sticky_actions", "ppo.gamma", "ppo.gae_lambda", "a2c.gamma", "a2c.gae_lambda",
+    "a2c.rms_alpha", "appo.gamma", "appo.gae_lambda", "dqn.gamma", "dqn.tau", "dqn.eps_start",
+    "dqn.eps_end", "dqn.eval_eps", "dqn.priority_alpha", "dqn.priority_beta",
+]  # fmt: skip
+
+
+def numeric_flags(recipe: str) -> list[tuple[str, Any]]:
+    """(dotted path, default) of the recipe's int and float flags (bools left out)."""
+    cls = importlib.import_module(f"recipes.{recipe}").Config
+    cfg = cls()
+    found = []
+    for path, _, _ in leaf_fields(cls):
+        value = get(cfg, path)
+        if path == "env.sticky_actions":
+            value = 0.0  # None: the game's standard
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            found.append((path, value))
+    return found
+
+
+def get(cfg: Any, path: str) -> Any:
+    for part in path.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def with_value(recipe: str, path: str, value: Any) -> Any:
+    cfg = importlib.import_module(f"recipes.{recipe}").Config()
+    *sections, name = path.split(".")
+    target = cfg
+    for part in sections:
+        target = getattr(target, part)
+    setattr(target, name, value)
+    return cfg
+
+
+def refused(recipe: str, cfg: Any) -> str | None:
+    """The ConfigError's message for ``cfg``, None when the recipe's checks pass it."""
+    from accelrl.checks import ConfigError
+
+    try:
+        importlib.import_module(f"recipes.{recipe}").validate(cfg)
+    except ConfigError as err:
+        return str(err)
+    return None
+
+
+def bad_values() -> list[tuple[str, str, Any]]:
+    cases = []
+    for recipe in RECIPES:
+        for path, default in numeric_flags(recipe):
+            if isinstance(default, float):
+                cases += [(recipe, path, float("nan")), (recipe, path, float("inf"))]
+                cases += [(recipe, path, float("-inf"))]
+            if path not in SIGNED:
+                cases.append((recipe, path, -1 if isinstance(default, int) else -1.0))
+    return cases
+
+
+@pytest.mark.parametrize(
+    "recipe,path,value", bad_values(), ids=[f"{r} {p}={v}" for r, p, v in bad_values()]
+)
+def test_every_number_flag_refuses_non_finite_and_negative_values(recipe, path, value):
+    message = refused(recipe, with_value(recipe, path, value))
+    assert message is not None, f"{recipe}: --{path}={value} passed the checks"
+    assert f"--{path.replace('_', '-')}=" in message, message
+
+
+PROBABILITY_CASES = [
+    (r, p) for r in RECIPES for p in PROBABILITIES if p.split(".")[0] in ("env", r.split("_")[0])
+]
+
+
+@pytest.mark.parametrize(
+    "recipe,path", PROBABILITY_CASES, ids=[" ".join(c) for c in PROBABILITY_CASES]
+)
+def test_probabilities_and_factors_above_one_are_refused(recipe, path):
+    message = refused(recipe, with_value(recipe, path, 1.5))
+    assert message is not None and "[0, 1]" in message, (path, message)
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_defaults_pass_the_checks(recipe):
+    assert refused(recipe, importlib.import_module(f"recipes.{recipe}").Config()) is None
+
+
+@pytest.mark.parametrize("seed,ok", [(0, True), (2**32 - 1, True), (-1, False), (2**32, False)])
+def test_seed_in_the_range_the_generators_take(seed, ok):
+    message = refused("ppo_atari", with_value("ppo_atari", "seed", seed))
+    assert (message is None) == ok, message
+    if not ok:
+        assert "--seed=" in message and "2**32 - 1" in message

@@ -183,7 +183,10 @@ def validate_dqn(cfg: DQNConfig, prefix: str = "dqn") -> None:
     for name in ("target_update_interval", "replay_capacity", "eps_decay_frames"):
         check_positive(f"{prefix}.{name}", getattr(cfg, name))
     check_positive(f"{prefix}.learning_starts_frames", cfg.learning_starts_frames, zero_ok=True)
-    for name in ("gamma", "tau", "eps_start", "eps_end", "eval_eps", "priority_alpha"):
+    if cfg.atoms < 2:
+        raise ConfigError(f"{prefix}.atoms", cfg.atoms, "must be >= 2")
+    probabilities = ("eps_start", "eps_end", "eval_eps", "priority_alpha", "priority_beta")
+    for name in ("gamma", "tau", *probabilities):
         value = getattr(cfg, name)
         if not 0.0 <= value <= 1.0:
             raise ConfigError(f"{prefix}.{name}", value, "must be in [0, 1]")
@@ -191,11 +194,8 @@ def validate_dqn(cfg: DQNConfig, prefix: str = "dqn") -> None:
         raise ConfigError(
             f"{prefix}.eps_end", cfg.eps_end, f"must be <= eps_start={cfg.eps_start} (it decays)"
         )
-    if cfg.distributional:
-        if cfg.atoms < 2:
-            raise ConfigError(f"{prefix}.atoms", cfg.atoms, "must be >= 2")
-        if cfg.v_min >= cfg.v_max:
-            raise ConfigError(f"{prefix}.v_min", cfg.v_min, f"must be < v_max={cfg.v_max}")
+    if cfg.distributional and cfg.v_min >= cfg.v_max:
+        raise ConfigError(f"{prefix}.v_min", cfg.v_min, f"must be < v_max={cfg.v_max}")
     if cfg.replay_capacity < cfg.batch_size:
         raise ConfigError(
             f"{prefix}.replay_capacity",

@@ -84,6 +84,7 @@ def validate_ppo(cfg: PPOConfig, steps_per_batch: int, prefix: str = "ppo") -> N
     check_positive(f"{prefix}.epochs", cfg.epochs)
     check_positive(f"{prefix}.minibatches", cfg.minibatches)
     check_positive(f"{prefix}.max_grad_norm", cfg.max_grad_norm)
+    check_positive(f"{prefix}.adam_eps", cfg.adam_eps)
     check_positive(f"{prefix}.entropy_coef", cfg.entropy_coef, zero_ok=True)
     check_positive(f"{prefix}.value_coef", cfg.value_coef, zero_ok=True)
     for name in ("gamma", "gae_lambda"):
