@@ -148,3 +148,24 @@ def test_seed_in_the_range_the_generators_take(seed, ok):
     assert (message is None) == ok, message
     if not ok:
         assert "--seed=" in message and "2**32 - 1" in message
+
+
+@pytest.mark.parametrize("game", ["Pong", "MinAtar/Breakout", "CartPole-v1"])
+def test_simulators_take_the_seeds_the_largest_seed_derives(game):
+    """A run seeds its simulators from ``--seed`` times a large prime plus the updates done
+    (``Process.collect_seed``); ale-py takes 32-bit signed seeds, MinAtar unsigned ones."""
+    from types import SimpleNamespace
+
+    from accelrl.config import EnvConfig
+    from accelrl.envs import make_env
+    from accelrl.process import Process
+    from accelrl.validate import SEED_MAX
+
+    if game.startswith("MinAtar"):
+        pytest.importorskip("minatar")
+    fake = SimpleNamespace(seed=SEED_MAX, dist=SimpleNamespace(rank=7))
+    env = make_env(EnvConfig(game=game, num_envs=2), seed=Process.collect_seed(fake, 10**6))
+    try:
+        assert env.reset().batch_size == (2,)
+    finally:
+        env.close()
