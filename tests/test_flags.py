@@ -169,3 +169,45 @@ def test_simulators_take_the_seeds_the_largest_seed_derives(game):
         assert env.reset().batch_size == (2,)
     finally:
         env.close()
+
+
+def resolved_dqn(*argv: str) -> Any:
+    from accelrl.cli import parse_flags
+    from recipes import dqn_atari
+
+    return dqn_atari.resolve(parse_flags(dqn_atari.Config, list(argv)))
+
+
+def test_a_preset_leaves_flags_given_at_their_default_value():
+    from accelrl.algos.dqn import PRESETS, DQNConfig
+
+    default_lr = DQNConfig().lr
+    assert PRESETS["rainbow"]["lr"] != default_lr
+    assert resolved_dqn("--dqn.preset", "rainbow").dqn.lr == PRESETS["rainbow"]["lr"]
+    assert resolved_dqn("--dqn.preset", "rainbow", "--dqn.lr", str(default_lr)).dqn.lr == default_lr
+    assert resolved_dqn("--dqn.preset", "rainbow", f"--dqn.lr={default_lr}").dqn.lr == default_lr
+    # A boolean given as its negation, and the simulators a preset would size.
+    cfg = resolved_dqn("--dqn.preset", "dqn-512", "--dqn.no-double", "--env.num-envs", "8")
+    assert (cfg.dqn.double, cfg.dqn.batch_size, cfg.env.num_envs) == (False, 512, 8)
+    assert cfg.collector.steps_per_batch == 32
+    cfg = resolved_dqn("--dqn.preset", "dqn-512", "--collector.steps-per-batch", "128")
+    assert (cfg.env.num_envs, cfg.collector.steps_per_batch) == (64, 128)
+
+
+def test_a_preset_from_python_fills_fields_at_their_default_unless_named_given():
+    from accelrl.algos.dqn import PRESETS, DQNConfig
+    from accelrl.cli import mark_given
+    from recipes import dqn_atari
+
+    cfg = dqn_atari.Config(dqn=DQNConfig(preset="rainbow"))
+    assert dqn_atari.resolve(cfg).dqn.lr == PRESETS["rainbow"]["lr"]
+    mark_given(cfg, "dqn.lr")
+    assert dqn_atari.resolve(cfg).dqn.lr == DQNConfig().lr
+
+
+def test_the_flags_given_are_named_by_field_not_by_value():
+    from accelrl.cli import flags_in
+    from recipes import dqn_atari
+
+    argv = ["--dqn.lr", "1e-4", "--env.num-envs=8", "--log.no-progress", "--seed", "-1", "x"]
+    assert flags_in(dqn_atari.Config, argv) == {"dqn.lr", "env.num_envs", "log.progress", "seed"}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -50,7 +51,9 @@ class DQNConfig:
     preset: Preset = "none"
     """rainbow: double+dueling+n-step 3+prioritized+distributional. dqn-512, cat-dqn-2048,
     rainbow-512: the paper's large batches. minatar: the MinAtar paper's DQN (for MinAtar/...
-    games). A preset replaces defaults; flags given with non-default values win."""
+    games). A preset sets every flag the command line does not give (a flag given at its
+    default value keeps it); from Python, every field still at its default unless
+    ``accelrl.cli.mark_given`` names the ones set."""
     double: bool = False
     """Double DQN: the online network picks the bootstrap action, the target network scores it."""
     dueling: bool = False
@@ -156,16 +159,21 @@ PRESETS: dict[str, dict] = {
 ``batch_size / training_intensity`` fresh agent steps (see ``preset_num_envs``)."""
 
 
-def apply_preset(cfg: DQNConfig) -> DQNConfig:
-    """``cfg`` with its preset's values in every field still at its default."""
+def apply_preset(cfg: DQNConfig, given: Collection[str] | None = None) -> DQNConfig:
+    """``cfg`` with its preset's values in every field the user did not give: ``given`` names
+    the fields given (``lr``, ``double``), whatever their values, so ``--dqn.lr 1e-4`` keeps
+    1e-4 even though it is the default. ``None`` (a config built in Python without naming
+    them): every field still at its default takes the preset's value."""
     if cfg.preset == "none":
         return cfg
     defaults = DQNConfig()
-    changes = {
-        name: value
-        for name, value in PRESETS[cfg.preset].items()
-        if getattr(cfg, name) == getattr(defaults, name)
-    }
+
+    def free(name: str) -> bool:
+        if given is None:
+            return getattr(cfg, name) == getattr(defaults, name)
+        return name not in given
+
+    changes = {name: value for name, value in PRESETS[cfg.preset].items() if free(name)}
     return dataclasses.replace(cfg, **changes)
 
 
