@@ -25,10 +25,15 @@ class EnvConfig:
     """Which simulators to run and how their frames are preprocessed."""
 
     game: str = "Pong"
-    """Atari game (Pong, Breakout, SpaceInvaders, ALE/Pong-v5 ...), a gymnasium id for vector
-    observations (CartPole-v1, Acrobot-v1, ...) or a MinAtar game (MinAtar/Breakout,
-    MinAtar/Asterix, MinAtar/Freeway, MinAtar/Seaquest, MinAtar/SpaceInvaders; needs the
-    minatar extra). The name chooses the backend (``accelrl.envs``)."""
+    """Atari game (Pong, Breakout, SpaceInvaders, ALE/Pong-v5 ...), a gymnasium id with vector
+    or image observations (CartPole-v1, Acrobot-v1, ...; your own as module:Id-v0, where
+    importing the module registers Id-v0: docs/custom-envs.md) or a MinAtar game
+    (MinAtar/Breakout, MinAtar/Asterix, MinAtar/Freeway, MinAtar/Seaquest,
+    MinAtar/SpaceInvaders; needs the minatar extra). The name chooses the backend
+    (``accelrl.envs``)."""
+    kwargs: str = ""
+    """Gymnasium envs: keyword arguments for the env's constructor, as a JSON object
+    ('{"delay": 5}'; empty: none)."""
     num_envs: int = 8
     """Simulators stepped together by each collector worker."""
     backend: str = "ale_vec"

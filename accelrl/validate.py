@@ -62,6 +62,12 @@ def validate_env(env: EnvConfig, prefix: str = "env") -> None:
         backend = backend_for(env)
     except UnknownGame as err:
         raise ConfigError(f"{prefix}.game", env.game, err.allowed) from None
+    if env.kwargs and backend.name != "classic":
+        raise ConfigError(
+            f"{prefix}.kwargs",
+            env.kwargs,
+            f"is for gymnasium envs (CartPole-v1, module:Id-v0), not {env.game}",
+        )
     backend.check(env, prefix)
 
 
