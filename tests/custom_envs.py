@@ -7,6 +7,7 @@ import gymnasium as gym
 import numpy as np
 
 
+# --8<-- [start:cue_memory]
 class CueMemory(gym.Env):
     """Repeat a cue after a delay: the first observation shows one of two cues, ``delay``
     blank steps follow, then a query; the action at the query is rewarded +1 if it names the
@@ -37,6 +38,9 @@ class CueMemory(gym.Env):
         if self.t <= self.delay + 1:  # before and at the query's step the action does not count
             return self._obs(), 0.0, False, False, {}
         return self._obs(), 1.0 if int(action) == self.cue else -1.0, True, False, {}
+
+
+# --8<-- [end:cue_memory]
 
 
 class CueImage(CueMemory):
