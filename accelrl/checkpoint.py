@@ -14,10 +14,12 @@ should save into a run folder, because a save removes temp files left by killed 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pickle
 import random
 import re
+import shutil
 import tempfile
 import warnings
 from collections.abc import Mapping
@@ -93,10 +95,45 @@ def save_checkpoint(
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         if isinstance(e, Exception):
-            raise CheckpointError(f"could not write checkpoint {path}: {e!r}") from e
+            raise CheckpointError(_write_failure(path, e, payload)) from e
         raise
     _prune(folder, keep, int(frames))
     return path
+
+
+def _write_failure(path: Path, err: Exception, payload: Any) -> str:
+    """The one-line cause of a failed save. A full disk surfaces as ``OSError(ENOSPC)`` or, from
+    inside torch's serializer, as ``RuntimeError: [enforce fail at inline_container.cc ...]
+    unexpected pos``: when the folder has less room than the checkpoint needs, say so."""
+    needed = _tensor_bytes(payload) + 2**20  # the archive's headers and pickled containers
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        free = None
+    if getattr(err, "errno", None) == errno.ENOSPC or (free is not None and free < needed):
+        room = "no room left" if free is None else f"{free / 2**20:.1f} MB free"
+        return (
+            f"could not write checkpoint {path}: No space left on device: it needs about "
+            f"{needed / 2**20:.1f} MB and {path.parent} has {room}; free space there or move "
+            "the run folder to a larger disk and resume it"
+        )
+    return f"could not write checkpoint {path}: {err!r}"
+
+
+def _tensor_bytes(obj: Any, seen: set[int] | None = None) -> int:
+    """Bytes of the distinct tensor storages in ``obj`` (nested dicts, lists and tuples)."""
+    seen = set() if seen is None else seen
+    if isinstance(obj, torch.Tensor):
+        storage = obj.untyped_storage()
+        if storage.data_ptr() in seen:
+            return 0
+        seen.add(storage.data_ptr())
+        return storage.nbytes()
+    if isinstance(obj, Mapping):
+        return sum(_tensor_bytes(v, seen) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v, seen) for v in obj)
+    return 0
 
 
 def _prune(folder: Path, keep: int, frames: int) -> None:

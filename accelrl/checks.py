@@ -3,6 +3,8 @@ backends (``accelrl.envs``), which validate their own settings; both import it f
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 
@@ -23,3 +25,14 @@ def check_positive(name: str, value: int | float, *, zero_ok: bool = False) -> N
 def check_probability(name: str, value: float) -> None:
     if not 0.0 <= value <= 1.0:
         raise ConfigError(name, value, "must be in [0, 1]")
+
+
+def check_finite(cfg: Any, prefix: str = "") -> None:
+    """Every float field of the config dataclass ``cfg`` and of its sections is a finite number:
+    the command line parses ``inf`` and ``nan``, which pass every ``<`` and ``>`` check."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            check_finite(value, f"{prefix}{f.name}.")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(prefix + f.name, value, "must be a finite number")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import faulthandler
 import io
 import os
@@ -101,9 +102,59 @@ def parse_flags(
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
-            return tyro.cli(config_cls, args=argv, description=description, prog=prog)
+            cfg = tyro.cli(config_cls, args=argv, description=description, prog=prog)
     except SystemExit:
         raise FlagError(_tyro_reason(captured.getvalue())) from None
+    return mark_given(cfg, *flags_in(config_cls, argv))
+
+
+GIVEN = "_given_flags"
+"""The attribute of a parsed config that holds the flags its command line gave (not a field:
+``config.json`` and ``dataclasses.replace`` leave it out)."""
+
+
+def mark_given(cfg: C, *paths: str) -> C:
+    """``cfg``, marked as having ``paths`` (dotted field names such as ``dqn.lr``) given by the
+    user, which a preset then leaves alone (``recipes.dqn_atari.resolve``). ``parse_flags``
+    marks what its command line gave; from Python, name the fields you set."""
+    object.__setattr__(cfg, GIVEN, frozenset(paths))
+    return cfg
+
+
+def given_flags(cfg: Any) -> frozenset[str] | None:
+    """The dotted field names given for ``cfg`` (``mark_given``), or None for a config built in
+    Python without naming them: then a preset fills every field still at its default."""
+    return getattr(cfg, GIVEN, None)
+
+
+def flags_in(config_cls: type, argv: Sequence[str]) -> set[str]:
+    """The dotted field names ``argv`` gives values to: ``--dqn.lr 1e-4``, ``--dqn.lr=1e-4``,
+    ``--dqn.no-double`` (``dqn.double``), by name and not by value, so a flag given at its
+    default value counts as given."""
+    fields = set(_field_paths(config_cls))
+    given = set()
+    for arg in argv:
+        if not arg.startswith("--"):
+            continue
+        name = arg[2:].split("=", 1)[0].replace("-", "_")
+        section, _, leaf = name.rpartition(".")
+        negated = f"{section}.{leaf[3:]}" if section else leaf[3:]
+        if name in fields:
+            given.add(name)
+        elif leaf.startswith("no_") and negated in fields:
+            given.add(negated)
+    return given
+
+
+def _field_paths(cls: type, prefix: str = "") -> list[str]:
+    paths = []
+    for f in dataclasses.fields(cls):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            paths += _field_paths(type(default), f"{prefix}{f.name}.")
+        else:
+            paths.append(prefix + f.name)
+    return paths
 
 
 def _tyro_reason(text: str) -> str:

@@ -25,10 +25,15 @@ class EnvConfig:
     """Which simulators to run and how their frames are preprocessed."""
 
     game: str = "Pong"
-    """Atari game (Pong, Breakout, SpaceInvaders, ALE/Pong-v5 ...), a gymnasium id for vector
-    observations (CartPole-v1, Acrobot-v1, ...) or a MinAtar game (MinAtar/Breakout,
-    MinAtar/Asterix, MinAtar/Freeway, MinAtar/Seaquest, MinAtar/SpaceInvaders; needs the
-    minatar extra). The name chooses the backend (``accelrl.envs``)."""
+    """Atari game (Pong, Breakout, SpaceInvaders, ALE/Pong-v5 ...), a gymnasium id with vector
+    or image observations (CartPole-v1, Acrobot-v1, ...; your own as module:Id-v0, where
+    importing the module registers Id-v0: docs/custom-envs.md) or a MinAtar game
+    (MinAtar/Breakout, MinAtar/Asterix, MinAtar/Freeway, MinAtar/Seaquest,
+    MinAtar/SpaceInvaders; needs the minatar extra). The name chooses the backend
+    (``accelrl.envs``)."""
+    kwargs: str = ""
+    """Gymnasium envs: keyword arguments for the env's constructor, as a JSON object
+    ('{"delay": 5}'; empty: none)."""
     num_envs: int = 8
     """Simulators stepped together by each collector worker."""
     backend: str = "ale_vec"
@@ -41,7 +46,11 @@ class EnvConfig:
     frameskip: int = 4
     """Atari: emulator frames per agent step (max-pooled over the last two)."""
     frame_stack: int = 4
+    """Atari and image observations: the last this many frames, stacked as channels (zeros
+    before an episode's first frame)."""
     screen_size: int = 84
+    """Atari and image observations: frames are resized to this many pixels square (at least
+    36, the Nature CNN's smallest input)."""
     noop_max: int = 30
     """Atari: up to this many no-op actions at the start of each episode."""
     sticky_actions: float | None = None
@@ -100,6 +109,7 @@ class CollectorConfig:
     """async, batched: a batch whose oldest step was taken by weights more than this many
     updates behind the learner's is dropped (and counted in perf/dropped_frames)."""
     env_device: str = "cpu"
+    """Where the simulators' outputs are placed (the simulators themselves run on the CPU)."""
     policy_device: str = "auto"
     """Where each worker runs inference; auto: cuda when available and the learner is on cuda."""
     storing_device: str = "auto"
@@ -124,6 +134,7 @@ class LogConfig:
     progress: bool = True
     """Show a progress bar with frames, frames/s, episode return and ETA."""
     tensorboard: bool = True
+    """Write TensorBoard event files to RUN_DIR/tb/ besides metrics.csv."""
     trackers: tuple[Literal["wandb", "mlflow"], ...] = ()
     """Experiment trackers besides CSV and TensorBoard, through TorchRL's loggers: wandb (set
     WANDB_MODE=offline to log without network), mlflow (to a SQLite store next to the run
@@ -143,6 +154,7 @@ class LogConfig:
     checkpoint_every_frames: int = 1_000_000
     """Emulator frames between checkpoints (a final one is always written)."""
     keep_checkpoints: int = 3
+    """Checkpoints kept in RUN_DIR/checkpoints/ (the newest; older ones are deleted)."""
 
 
 @dataclass
@@ -211,6 +223,8 @@ class RunConfig:
     device: str = "auto"
     """Learner device: auto (cuda if available), cpu, cuda, cuda:N."""
     seed: int = 0
+    """Seeds Python's, NumPy's and torch's generators and the simulators (0 to 2**32 - 1; a
+    resumed run and each data-parallel rank derive their simulators' seeds from it)."""
     run_dir: str | None = None
     """Folder for config, metrics.csv, TensorBoard events and checkpoints (default runs/...)."""
     resume: bool = False

@@ -12,9 +12,18 @@ import os
 from typing import Any
 
 from accelrl import precision
-from accelrl.checks import ConfigError, check_positive
+from accelrl.checks import ConfigError, check_finite, check_positive
 from accelrl.config import CollectorConfig, EnvConfig, rows_per_batch
 from accelrl.envs import UnknownGame, backend_for, selectable_backends
+
+SEED_MAX = 2**32 - 1
+"""The largest ``--seed``: NumPy's legacy generator and MinAtar's take seeds below 2**32."""
+
+
+def check_seed(name: str, seed: int) -> None:
+    """``seed`` is a whole number the run's generators take (0 to ``SEED_MAX``)."""
+    if not 0 <= seed <= SEED_MAX:
+        raise ConfigError(name, seed, "must be a whole number from 0 to 2**32 - 1")
 
 
 def check_device(name: str, value: str, *, auto_ok: bool = True) -> None:
@@ -53,6 +62,12 @@ def validate_env(env: EnvConfig, prefix: str = "env") -> None:
         backend = backend_for(env)
     except UnknownGame as err:
         raise ConfigError(f"{prefix}.game", env.game, err.allowed) from None
+    if env.kwargs and backend.name != "classic":
+        raise ConfigError(
+            f"{prefix}.kwargs",
+            env.kwargs,
+            f"is for gymnasium envs (CartPole-v1, module:Id-v0), not {env.game}",
+        )
     backend.check(env, prefix)
 
 
@@ -140,9 +155,13 @@ def validate_recurrent(cfg: Any, minibatches: int = 1) -> None:
     m = cfg.model
     if m.recurrent not in ("none", "lstm"):
         raise ConfigError("model.recurrent", m.recurrent, "must be none or lstm")
+    if not m.mlp_hidden or min(m.mlp_hidden) < 1:
+        raise ConfigError(
+            "model.mlp_hidden", " ".join(map(str, m.mlp_hidden)), "must be one or more sizes > 0"
+        )
+    check_positive("model.lstm_hidden", m.lstm_hidden)
     if m.recurrent == "none":
         return
-    check_positive("model.lstm_hidden", m.lstm_hidden)
     if cfg.env.async_batch_size:
         raise ConfigError(
             "model.recurrent",
@@ -163,7 +182,10 @@ def validate_recurrent(cfg: Any, minibatches: int = 1) -> None:
 
 
 def validate_common(cfg: Any) -> None:
-    """Checks the sections every recipe shares (env, collector, threads, log, top-level)."""
+    """Checks the sections every recipe shares (env, collector, threads, log, top-level), and
+    that every float flag of every section, the algorithm's included, is finite."""
+    check_finite(cfg)
+    check_seed("seed", cfg.seed)
     validate_env(cfg.env)
     check_positive("total_frames", cfg.total_frames)
     check_device("device", cfg.device)

@@ -19,7 +19,7 @@ import torch
 from accelrl import precision
 from accelrl.algos.dqn import DQN, DQNConfig, apply_preset, preset_num_envs, validate_dqn
 from accelrl.async_replay import ReplayFeeder, SyncReplay
-from accelrl.cli import run_recipe
+from accelrl.cli import given_flags, run_recipe
 from accelrl.collectors import WatchedCollector, run_collector
 from accelrl.config import CollectorConfig, EnvConfig, RunConfig, rows_per_batch
 from accelrl.envs import describe_env, frames_per_step
@@ -42,14 +42,24 @@ class Config(RunConfig):
 
 
 def resolve(cfg: Config) -> Config:
-    """Apply the preset: its hyperparameters, and simulators to match its batch size."""
-    dqn = apply_preset(cfg.dqn)
+    """Apply the preset to every flag the user did not give (``accelrl.cli.given_flags``; a
+    config built in Python without ``mark_given``: every field still at its default): its
+    hyperparameters, and simulators (4 steps each a batch) to match its batch size."""
     if cfg.dqn.preset == "none":
         return cfg
+    given = given_flags(cfg)
+
+    def free(path: str, value: object, default: object) -> bool:
+        return value == default if given is None else path not in given
+
+    dqn_given = None if given is None else {p[4:] for p in given if p.startswith("dqn.")}
+    dqn = apply_preset(cfg.dqn, dqn_given)
     env, collector = cfg.env, cfg.collector
-    if env.num_envs == EnvConfig().num_envs:
+    if free("env.num_envs", env.num_envs, EnvConfig().num_envs):
         env = replace(env, num_envs=preset_num_envs(dqn))
-        collector = replace(collector, steps_per_batch=env.num_envs * 4)
+        steps = collector.steps_per_batch
+        if free("collector.steps_per_batch", steps, Config().collector.steps_per_batch):
+            collector = replace(collector, steps_per_batch=env.num_envs * 4)
     return replace(cfg, dqn=dqn, env=env, collector=collector)
 
 

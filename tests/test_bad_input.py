@@ -57,6 +57,22 @@ CASES = [
      ["--collector.kind='async'", "replay"]),
 ]  # fmt: skip
 
+# The same classes of odd input on every recipe: a non-finite float, a seed outside what the
+# generators take, a probability or factor out of range, a count below 1.
+SECTION = {"ppo_atari": "ppo", "a2c_atari": "a2c", "appo_atari": "appo", "dqn_atari": "dqn"}
+for _recipe, _s in SECTION.items():
+    CASES += [
+        (_recipe, [f"--{_s}.lr", "inf"], [f"--{_s}.lr=inf", "finite"]),
+        (_recipe, [f"--{_s}.lr", "nan"], [f"--{_s}.lr=nan", "finite"]),
+        (_recipe, [f"--{_s}.max-grad-norm", "-inf"], [f"--{_s}.max-grad-norm=-inf", "finite"]),
+        (_recipe, ["--seed", "-1"], ["--seed=-1", "2**32 - 1"]),
+        (_recipe, ["--seed", "4294967296"], ["--seed=4294967296", "2**32 - 1"]),
+        (_recipe, [f"--{_s}.gamma", "1.01"], [f"--{_s}.gamma=1.01", "[0, 1]"]),
+        (_recipe, ["--env.sticky-actions", "-0.1"], ["--env.sticky-actions=-0.1", "[0, 1]"]),
+        (_recipe, ["--log.eval-episodes", "-1"], ["--log.eval-episodes=-1", ">= 0"]),
+        (_recipe, ["--model.mlp-hidden", "0"], ["--model.mlp-hidden='0'", "> 0"]),
+    ]
+
 
 def run_cli(recipe: str, argv: list[str], capsys) -> tuple[int, str]:
     module = importlib.import_module(f"recipes.{recipe}")

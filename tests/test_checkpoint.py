@@ -116,3 +116,31 @@ def test_rng_capture_restore_roundtrip(tmp_path: Path) -> None:
     state, _ = load_latest(tmp_path)
     restore_rng(state["rng"])
     assert draw() == first
+
+
+def serializer_fails(*args, **kwargs):
+    """torch.save on a full disk: the archive writer's own text, not ENOSPC."""
+    args[1].write(b"partial")
+    raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 5312 vs 5200")
+
+
+@pytest.mark.parametrize("free,full", [(4096, True), (10 * 2**30, False)])
+def test_full_disk_inside_the_serializer_names_the_cause(tmp_path, monkeypatch, free, full):
+    import shutil
+
+    save_checkpoint(tmp_path, {"a": 1}, 100)
+    monkeypatch.setattr("torch.save", serializer_fails)
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr("shutil.disk_usage", lambda p: usage._replace(free=free))
+    state = {"weights": torch.zeros(2**20)}  # 4 MiB
+    with pytest.raises(CheckpointError) as info:
+        save_checkpoint(tmp_path, state, 200)
+    message = str(info.value)
+    if full:
+        assert "No space left on device" in message and "inline_container" not in message
+        assert "needs about 5.0 MB" in message and "0.0 MB free" in message
+        assert f"{ckpt_dir(tmp_path)} has" in message
+    else:  # room enough: not the disk; the serializer's text is all there is to say
+        assert "No space" not in message and "unexpected pos" in message
+    monkeypatch.undo()
+    assert os.listdir(ckpt_dir(tmp_path)) == ["ckpt_000000000100.pt"]

@@ -41,6 +41,7 @@ class A2CConfig:
     random play for 10M frames (recipe and plain loop alike), where Adam with the same lr and
     eps scored 30 at 4M frames (plain loop 28; docs/results/learning.md)."""
     lr: float = 7e-4
+    """Learning rate of the optimizer (scaled by --dist.lr-scaling with several ranks)."""
     anneal_lr: bool = True
     """Decay the learning rate linearly to 0 over total_frames (as OpenAI baselines' A2C)."""
     rms_alpha: float = 0.99
@@ -48,14 +49,19 @@ class A2CConfig:
     eps: float = 1e-5
     """RMSprop / Adam epsilon."""
     gamma: float = 0.99
+    """Discount factor, in [0, 1]."""
     gae_lambda: float = 1.0
     """1.0: n-step returns over each rollout segment; < 1: GAE."""
     entropy_coef: float = 0.01
+    """Weight of the entropy bonus in the loss (>= 0)."""
     value_coef: float = 0.5
     """Weight of the value loss (V - R)^2."""
     max_grad_norm: float = 0.5
+    """Clip the gradient's global norm to this before each step."""
     normalize_advantage: bool = False
+    """Normalize advantages to mean 0 and std 1 within each batch."""
     life_loss_boundary: bool = True
+    """Treat a lost life as the end of a bootstrap segment (the game goes on)."""
 
 
 def validate_a2c(cfg: A2CConfig, prefix: str = "a2c") -> None:

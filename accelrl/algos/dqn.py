@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -51,19 +52,33 @@ class DQNConfig:
     preset: Preset = "none"
     """rainbow: double+dueling+n-step 3+prioritized+distributional. dqn-512, cat-dqn-2048,
     rainbow-512: the paper's large batches. minatar: the MinAtar paper's DQN (for MinAtar/...
-    games). A preset replaces defaults; flags given with non-default values win."""
+    games). A preset sets every flag the command line does not give (a flag given at its
+    default value keeps it); from Python, every field still at its default unless
+    ``accelrl.cli.mark_given`` names the ones set."""
     double: bool = False
+    """Double DQN: the online network picks the bootstrap action, the target network scores it."""
     dueling: bool = False
+    """Dueling heads: separate state-value and advantage streams."""
     n_step: int = 1
+    """Steps of reward summed before bootstrapping (n-step returns)."""
     prioritized: bool = False
+    """Prioritized replay: sample transitions by their TD error (priority_alpha, priority_beta)."""
     distributional: bool = False
+    """C51: learn a distribution of returns over atoms between v_min and v_max."""
     atoms: int = 51
+    """Distributional: support points of the return distribution (>= 2)."""
     v_min: float = -10.0
+    """Distributional: the lowest return the support represents."""
     v_max: float = 10.0
+    """Distributional: the highest return the support represents (> v_min)."""
     batch_size: int = 32
+    """Transitions per gradient step."""
     lr: float = 1e-4
+    """Adam's learning rate (scaled by --dist.lr-scaling with several ranks)."""
     adam_eps: float = 1.5e-4
+    """Adam's epsilon."""
     gamma: float = 0.99
+    """Discount factor, in [0, 1]."""
     training_intensity: float = 8.0
     """Replayed samples per collected sample (updates per batch = intensity x batch frames /
     batch_size)."""
@@ -74,18 +89,25 @@ class DQNConfig:
     tau: float = 0.0
     """> 0: Polyak-average the target network by tau after every update instead."""
     eps_start: float = 1.0
+    """Exploration: epsilon of epsilon-greedy acting at the start, in [0, 1]."""
     eps_end: float = 0.01
+    """Exploration: epsilon after eps_decay_frames, in [0, eps_start]."""
     eps_decay_frames: int = 1_000_000
     """Emulator frames over which epsilon decays linearly from eps_start to eps_end."""
     eval_eps: float = 0.001
+    """Epsilon of evaluation episodes, in [0, 1]."""
     max_grad_norm: float = 10.0
+    """Clip the gradient's global norm to this before each step."""
     replay_capacity: int = 1_000_000
+    """Transitions the replay holds (the oldest are overwritten); at least batch_size."""
     replay_dir: str | None = None
     """Folder for the memmap replay storage (None: in RAM)."""
     priority_alpha: float = 0.5
+    """Prioritized: how strongly priorities skew sampling, in [0, 1] (0: uniform)."""
     priority_beta: float = 0.4
     """Importance-sampling exponent, annealed linearly to 1 over the run."""
     life_loss_boundary: bool = True
+    """Treat a lost life as terminal in the targets (the game goes on)."""
     asynchronous: bool = False
     """Collect into the replay in a background thread while the learner samples from it
     (``accelrl.async_replay``); a throttle holds replayed / collected at training_intensity."""
@@ -138,16 +160,21 @@ PRESETS: dict[str, dict] = {
 ``batch_size / training_intensity`` fresh agent steps (see ``preset_num_envs``)."""
 
 
-def apply_preset(cfg: DQNConfig) -> DQNConfig:
-    """``cfg`` with its preset's values in every field still at its default."""
+def apply_preset(cfg: DQNConfig, given: Collection[str] | None = None) -> DQNConfig:
+    """``cfg`` with its preset's values in every field the user did not give: ``given`` names
+    the fields given (``lr``, ``double``), whatever their values, so ``--dqn.lr 1e-4`` keeps
+    1e-4 even though it is the default. ``None`` (a config built in Python without naming
+    them): every field still at its default takes the preset's value."""
     if cfg.preset == "none":
         return cfg
     defaults = DQNConfig()
-    changes = {
-        name: value
-        for name, value in PRESETS[cfg.preset].items()
-        if getattr(cfg, name) == getattr(defaults, name)
-    }
+
+    def free(name: str) -> bool:
+        if given is None:
+            return getattr(cfg, name) == getattr(defaults, name)
+        return name not in given
+
+    changes = {name: value for name, value in PRESETS[cfg.preset].items() if free(name)}
     return dataclasses.replace(cfg, **changes)
 
 
@@ -165,7 +192,10 @@ def validate_dqn(cfg: DQNConfig, prefix: str = "dqn") -> None:
     for name in ("target_update_interval", "replay_capacity", "eps_decay_frames"):
         check_positive(f"{prefix}.{name}", getattr(cfg, name))
     check_positive(f"{prefix}.learning_starts_frames", cfg.learning_starts_frames, zero_ok=True)
-    for name in ("gamma", "tau", "eps_start", "eps_end", "eval_eps", "priority_alpha"):
+    if cfg.atoms < 2:
+        raise ConfigError(f"{prefix}.atoms", cfg.atoms, "must be >= 2")
+    probabilities = ("eps_start", "eps_end", "eval_eps", "priority_alpha", "priority_beta")
+    for name in ("gamma", "tau", *probabilities):
         value = getattr(cfg, name)
         if not 0.0 <= value <= 1.0:
             raise ConfigError(f"{prefix}.{name}", value, "must be in [0, 1]")
@@ -173,11 +203,8 @@ def validate_dqn(cfg: DQNConfig, prefix: str = "dqn") -> None:
         raise ConfigError(
             f"{prefix}.eps_end", cfg.eps_end, f"must be <= eps_start={cfg.eps_start} (it decays)"
         )
-    if cfg.distributional:
-        if cfg.atoms < 2:
-            raise ConfigError(f"{prefix}.atoms", cfg.atoms, "must be >= 2")
-        if cfg.v_min >= cfg.v_max:
-            raise ConfigError(f"{prefix}.v_min", cfg.v_min, f"must be < v_max={cfg.v_max}")
+    if cfg.distributional and cfg.v_min >= cfg.v_max:
+        raise ConfigError(f"{prefix}.v_min", cfg.v_min, f"must be < v_max={cfg.v_max}")
     if cfg.replay_capacity < cfg.batch_size:
         raise ConfigError(
             f"{prefix}.replay_capacity",

@@ -33,23 +33,33 @@ class PPOConfig:
     """PPO hyperparameters; defaults are the standard Atari settings (Schulman et al. 2017)."""
 
     lr: float = 2.5e-4
+    """Adam's learning rate (scaled by --dist.lr-scaling with several ranks)."""
     anneal_lr: bool = True
     """Decay the learning rate linearly to 0 over total_frames."""
     clip_epsilon: float = 0.1
+    """Clip range of the probability ratio (and of the value update with clip_value)."""
     anneal_clip: bool = True
     """Decay the clip range linearly to 0 over total_frames."""
     epochs: int = 4
+    """Passes over each batch."""
     minibatches: int = 4
+    """Minibatches each pass splits the batch into (one gradient step each)."""
     gamma: float = 0.99
+    """Discount factor, in [0, 1]."""
     gae_lambda: float = 0.95
+    """GAE's lambda, in [0, 1] (1: Monte Carlo returns within the batch, 0: one-step TD)."""
     entropy_coef: float = 0.01
+    """Weight of the entropy bonus in the loss (>= 0)."""
     value_coef: float = 0.5
     """Weight of the value loss 0.5 * (V - R)^2 (as in OpenAI baselines)."""
     clip_value: bool = True
     """Clip the value update to clip_epsilon around the old value."""
     normalize_advantage: bool = True
+    """Normalize advantages to mean 0 and std 1 within each minibatch."""
     max_grad_norm: float = 0.5
+    """Clip the gradient's global norm to this before each step."""
     adam_eps: float = 1e-5
+    """Adam's epsilon."""
     life_loss_boundary: bool = True
     """Treat a lost life as the end of a bootstrap segment (the game goes on)."""
 
@@ -74,6 +84,7 @@ def validate_ppo(cfg: PPOConfig, steps_per_batch: int, prefix: str = "ppo") -> N
     check_positive(f"{prefix}.epochs", cfg.epochs)
     check_positive(f"{prefix}.minibatches", cfg.minibatches)
     check_positive(f"{prefix}.max_grad_norm", cfg.max_grad_norm)
+    check_positive(f"{prefix}.adam_eps", cfg.adam_eps)
     check_positive(f"{prefix}.entropy_coef", cfg.entropy_coef, zero_ok=True)
     check_positive(f"{prefix}.value_coef", cfg.value_coef, zero_ok=True)
     for name in ("gamma", "gae_lambda"):

@@ -91,7 +91,9 @@ class AleVecEnv(SameStepVectorEnv):
 
     def _raw_reset(self, seeds):
         # In async mode the reset returns the first ``batch_size`` simulators to be ready.
-        obs, info = self._vec.reset(seed=seeds)
+        # ale-py takes 32-bit signed seeds, and a run derives its simulators' seeds from --seed
+        # (up to 2**32 - 1) times a large prime (``Process.collect_seed``): fold them in.
+        obs, info = self._vec.reset(seed=seeds % 2**31)
         return obs, info["env_id"], info["lives"]
 
     def _raw_step(self, actions):

@@ -120,7 +120,7 @@ class MinAtarVecEnv(SameStepVectorEnv):
 
     def _raw_reset(self, seeds):
         for sim, seed in zip(self._sims, seeds, strict=True):
-            sim.seed(int(seed))
+            sim.seed(int(seed) % 2**32)  # NumPy's legacy generator: seeds below 2**32
             sim.last_action = 0  # the sticky action of a fresh simulator
             sim.reset()
         self._steps[:] = 0

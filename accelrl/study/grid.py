@@ -229,8 +229,9 @@ def write_record(folder: Path, record: dict[str, Any]) -> Path:
 
 
 def cell_folder(algorithm: str, setting: str, game: str, seed: int) -> str:
-    """A cell's run folder under the study folder: ``dqn/dqn-512/MinAtar_Breakout/seed0``."""
-    return f"{algorithm}/{setting}/{game.replace('/', '_')}/seed{seed}"
+    """A cell's run folder under the study folder: ``dqn/dqn-512/MinAtar_Breakout/seed0``
+    (``my_envs_Memory-v0`` for ``my_envs:Memory-v0``)."""
+    return f"{algorithm}/{setting}/{game.replace('/', '_').replace(':', '_')}/seed{seed}"
 
 
 def load_grid(
