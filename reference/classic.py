@@ -244,6 +244,62 @@ class Replay(Ring):
         self.tree.set(flat, priority**self.s.priority_alpha)
 
 
+class DQNUpdate:
+    """The plain DQN family's gradient step: a batch from ``replay`` (numpy), the losses of
+    ``dqn_losses`` times the importance weights, Adam on the clipped gradient, the target
+    network copied every ``target_update_interval`` steps (or Polyak-averaged by ``tau``), the
+    sampled priorities written back. ``d``: the recipe's ``cfg.dqn``; ``obs_shape``: the shape
+    the network takes each stored (flat) observation in. ``lap``, when given, is called with
+    each phase's name as it ends (``benchmarks.dqn_update`` times them)."""
+
+    def __init__(
+        self,
+        online: nn.Module,
+        replay: Replay,
+        d: DQNConfig,
+        obs_shape: Sequence[int],
+        fused_adam: bool = False,
+    ) -> None:
+        self.online, self.replay, self.s = online, replay, d
+        self.target = copy.deepcopy(online).requires_grad_(False)
+        self.opt = torch.optim.Adam(
+            online.parameters(), lr=d.lr, eps=d.adam_eps, fused=fused_adam or None
+        )
+        self.support = torch.linspace(d.v_min, d.v_max, d.atoms)
+        self.obs_shape = tuple(obs_shape)
+        self.updates = 0
+
+    def __call__(self, beta: float, lap: Callable[[str], None] | None = None) -> None:
+        s, lap = self.s, lap or (lambda phase: None)
+        obs, action, ret, next_obs, discount, weights, flat = self.replay.sample(s.batch_size, beta)
+        obs = torch.from_numpy(obs).view(-1, *self.obs_shape)
+        next_obs = torch.from_numpy(next_obs).view(-1, *self.obs_shape)
+        action, ret = torch.from_numpy(action), torch.from_numpy(ret)
+        discount, weights = torch.from_numpy(discount), torch.from_numpy(weights)
+        batch = (obs, action, ret, next_obs, discount)
+        lap("sample")
+        per_sample, priority = dqn_losses(self.online, self.target, batch, self.support, s)
+        loss = (per_sample * weights).mean()
+        lap("forward and loss")
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        lap("backward")
+        nn.utils.clip_grad_norm_(self.online.parameters(), s.max_grad_norm)
+        self.opt.step()
+        lap("clip and optimizer step")
+        self.updates += 1
+        if s.tau > 0:
+            with torch.no_grad():
+                pairs = zip(self.target.parameters(), self.online.parameters(), strict=True)
+                for pt, po in pairs:
+                    pt.lerp_(po, s.tau)
+        elif self.updates % s.target_update_interval == 0:
+            self.target.load_state_dict(self.online.state_dict())
+        lap("target update")
+        self.replay.update_priority(flat, priority.numpy())
+        lap("priority update")
+
+
 def plain_dqn(
     cfg: DQNRecipeConfig, epsilon_per_batch: bool = False, fused_adam: bool = False
 ) -> dict:
@@ -259,33 +315,13 @@ def plain_dqn(
     env, obs_dim, num_actions = start(cfg)
     atoms = s.atoms if s.distributional else 1
     online = QNet(obs_dim, num_actions, cfg.model.mlp_hidden, s.dueling, atoms)
-    target = copy.deepcopy(online).requires_grad_(False)
-    opt = torch.optim.Adam(online.parameters(), lr=s.lr, eps=s.adam_eps, fused=fused_adam or None)
     replay = Replay(s, num_envs, obs_dim)
-    support = torch.linspace(s.v_min, s.v_max, s.atoms)
+    update = DQNUpdate(online, replay, s, (obs_dim,), fused_adam)
+    support = update.support
     per_phase = s.training_intensity * steps_per_batch / s.batch_size
     steps_per_env = batch_layout(cfg)[1]
     episodes = Episodes(num_envs)
-    collected, updates, credit = 0, 0, 0.0
-
-    def update(beta: float) -> None:
-        nonlocal updates
-        obs, action, ret, next_obs, discount, weights, flat = replay.sample(s.batch_size, beta)
-        obs, next_obs = torch.from_numpy(obs), torch.from_numpy(next_obs)
-        action, ret = torch.from_numpy(action), torch.from_numpy(ret)
-        discount, weights = torch.from_numpy(discount), torch.from_numpy(weights)
-        batch = (obs, action, ret, next_obs, discount)
-        per_sample, priority = dqn_losses(online, target, batch, support, s)
-        loss = (per_sample * weights).mean()
-        clipped_step(opt, loss, online.parameters(), s.max_grad_norm)
-        updates += 1
-        if s.tau > 0:
-            with torch.no_grad():
-                for pt, po in zip(target.parameters(), online.parameters(), strict=True):
-                    pt.lerp_(po, s.tau)
-        elif updates % s.target_update_interval == 0:
-            target.load_state_dict(online.state_dict())
-        replay.update_priority(flat, priority.numpy())
+    collected, credit = 0, 0.0
 
     obs, _ = env.reset(seed=seed)
     try:
