@@ -76,6 +76,19 @@ def segment_trees(sampler: PrioritizedSampler) -> tuple[Any, Any]:
     return sampler._sum_tree, sampler._min_tree
 
 
+def priority_state(sampler: PrioritizedSampler) -> tuple[float, tuple[Any, Any]]:
+    """``sampler``'s priority epsilon and its largest raw priority so far, as TorchRL tracks it:
+    ``(value, slot)`` tensors, or ``(None, None)`` before any. Private ``_eps`` and
+    ``_max_priority`` (checked against TorchRL 0.14.1; ``update_priority`` keeps the raw maximum,
+    which ``default_priority`` returns)."""
+    return sampler._eps, sampler._max_priority
+
+
+def set_max_priority(sampler: PrioritizedSampler, value: torch.Tensor, slot: torch.Tensor) -> None:
+    """Record ``value`` at ``slot`` as ``sampler``'s largest raw priority (``priority_state``)."""
+    sampler._max_priority = (value, slot)
+
+
 def sampler_generator(sampler: Sampler) -> torch.Generator | None:
     """The torch generator a TorchRL replay buffer gave ``sampler`` (``ReplayBuffer(...,
     generator=)``); None when it draws from NumPy's global RNG, as ``PrioritizedSampler.sample``

@@ -18,8 +18,10 @@ from torchrl.data import PrioritizedSampler
 from accelrl.compat import (
     load_prioritized_state_dict,
     prioritized_state_dict,
+    priority_state,
     sampler_generator,
     segment_trees,
+    set_max_priority,
 )
 from accelrl.frame_storage import FrameStorage
 
@@ -40,29 +42,51 @@ class MaskedPrioritizedSampler(PrioritizedSampler):
         return had
 
     def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict]:
-        """Uniform mode (alpha 0, every valid entry mass 1): TorchRL's draw (numpy's global
-        RNG, the sum tree's lower bound) without the importance weights, which are all 1 and
-        which the replay does not return; prioritized mode: TorchRL's ``sample``."""
-        if self.alpha != 0 or sampler_generator(self) is not None:
+        """TorchRL's draw from NumPy's global RNG over the sum tree, with its importance weights
+        ``(p_i / p_min) ** -beta`` when prioritized (none in the uniform mode: all 1, and the
+        replay does not return them), in NumPy throughout: the tree takes and returns arrays,
+        and the torch operations of ``PrioritizedSampler.sample`` doubled this draw's time on
+        CartPole-sized batches. A sampler given a torch generator takes TorchRL's path."""
+        if sampler_generator(self) is not None:
             return super().sample(storage, batch_size)
-        sum_tree, _ = segment_trees(self)
+        sum_tree, min_tree = segment_trees(self)
         size = self.max_size
         total = sum_tree.query(0, size)
         if total <= 0:
             raise RuntimeError("no transition can be sampled (zero total mass)")
         mass = np.random.uniform(0.0, total, size=batch_size)
-        # NumPy throughout: the tree takes and returns arrays, and torch's per-operation cost
-        # would double this draw's time on CartPole-sized batches.
         index = np.minimum(sum_tree.scan_lower_bound(mass), size - 1)
         # A draw on a float boundary can land on a zero-mass slot: step left, as TorchRL does.
-        zero = sum_tree[index] == 0
+        leaf = sum_tree[index]
+        zero = leaf == 0
         while zero.any():
             index = np.where(zero, index - 1, index)
             if (index < 0).any():
                 raise RuntimeError("failed to find a slot with sampling mass")
-            zero = sum_tree[index] == 0
-        index = torch.from_numpy(index)
-        return index, {}
+            leaf = sum_tree[index]
+            zero = leaf == 0
+        if self.alpha == 0:
+            return torch.from_numpy(index), {}
+        p_min = min_tree.query(0, size)
+        if p_min <= 0:
+            raise RuntimeError("non-positive p_min")
+        weight = (leaf / p_min) ** -self.beta
+        return torch.from_numpy(index), {"priority_weight": torch.from_numpy(weight)}
+
+    def set_priority(self, slots: np.ndarray, priority: np.ndarray) -> None:
+        """``update_priority`` for slot and float64 priority arrays: stores ``(p + eps) **
+        alpha`` in both trees and keeps the largest raw priority as TorchRL does (its tensor
+        path costs as much again as the rest of a CartPole-sized priority write)."""
+        if slots.size == 0:
+            return
+        eps, (top, _) = priority_state(self)
+        i = int(priority.argmax())
+        if top is None or priority[i] > top:
+            set_max_priority(self, torch.tensor(priority[i]), torch.tensor(slots[i]))
+        sum_tree, min_tree = segment_trees(self)
+        value = (priority + eps) ** self.alpha
+        sum_tree[slots] = value
+        min_tree[slots] = value
 
     def state_dict(self) -> dict[str, Any]:
         """TorchRL's state with the segment trees as tensors of their leaves: the C++ tree
@@ -162,9 +186,10 @@ class ReplayMass:
         """Set the priorities of the transitions ``index`` (``entry * num_envs + env``), skipping
         those overwritten since they were sampled."""
         frames = self.frames
-        index = torch.as_tensor(index, dtype=torch.int64).reshape(-1).cpu()
-        priority = torch.as_tensor(priority).detach().reshape(-1).to("cpu", torch.float64)
-        env, entry = index % frames.num_envs, index // frames.num_envs
-        live = entry >= frames.bound(frames.written)[env]
-        if live.any():
-            self.sampler.update_priority(frames.slots(env[live], entry[live]), priority[live])
+        index = torch.as_tensor(index, dtype=torch.int64).reshape(-1).cpu().numpy()
+        priority = torch.as_tensor(priority).detach().reshape(-1).to("cpu", torch.float64).numpy()
+        entry, env = np.divmod(index, frames.num_envs)
+        live = entry >= frames.bound(frames.written).numpy()[env]
+        if not live.all():
+            env, entry, priority = env[live], entry[live], priority[live]
+        self.sampler.set_priority(frames.slots(env, entry), priority)

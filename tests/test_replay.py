@@ -429,3 +429,50 @@ def test_env_steps_and_samples_name_their_device() -> None:
     sample = buf.sample(8)
     assert sample.device == torch.device("cpu") and sample["next"].device == torch.device("cpu")
     assert sample.to("cpu") is sample
+
+
+def test_lean_prioritized_draws_and_priority_writes_match_torchrls_sampler(monkeypatch) -> None:
+    """``MaskedPrioritizedSampler`` draws and writes priorities in NumPy; TorchRL's own
+    ``PrioritizedSampler`` given the same priorities (duplicate slots included) and the same
+    NumPy seed must hold the same trees and maximum, and draw the same slots with the same
+    importance weights."""
+    from torchrl.data import LazyTensorStorage, PrioritizedSampler
+
+    from accelrl.compat import priority_state, segment_trees
+    from accelrl.replay_mass import MaskedPrioritizedSampler
+
+    size, alpha, beta, eps = 64, 0.6, 0.4, 1e-6
+    kwargs = dict(alpha=alpha, beta=beta, eps=eps, dtype=torch.float64)
+    lean, torchrl = MaskedPrioritizedSampler(size, **kwargs), PrioritizedSampler(size, **kwargs)
+    storage = LazyTensorStorage(size)
+    storage.set(torch.arange(size), TensorDict({"x": torch.zeros(size)}, batch_size=[size]))
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        slots = rng.integers(0, size, 24)  # with repeats: the last write of a slot wins
+        priority = rng.exponential(2.0, 24)
+        lean.set_priority(slots, priority)
+        torchrl.update_priority(torch.from_numpy(slots), torch.from_numpy(priority))
+    lean.disable(torch.tensor([3, 4]))  # zero mass: the draw must step off them
+    sum_tree, min_tree = segment_trees(torchrl)
+    sum_tree[np.array([3, 4])] = np.zeros(2)
+    min_tree[np.array([3, 4])] = np.full(2, min_tree.identity_element)
+    for a, b in zip(segment_trees(lean), segment_trees(torchrl), strict=True):
+        np.testing.assert_allclose(a[np.arange(size)], b[np.arange(size)], rtol=1e-14)
+    top, _ = priority_state(lean)[1]
+    assert float(top) == pytest.approx(float(priority_state(torchrl)[1][0]), rel=1e-15)
+    np.random.seed(5)
+    index, info = lean.sample(storage, 500)
+    np.random.seed(5)
+    want_index, want_info = torchrl.sample(storage, 500)
+    assert torch.equal(index, torch.as_tensor(want_index))
+    assert not set(index.tolist()) & {3, 4}
+    torch.testing.assert_close(
+        info["priority_weight"], want_info["priority_weight"], rtol=1e-12, atol=0
+    )
+    # Draws exactly on the boundary before the zero-mass slots 3 and 4 (the tree's prefix sum up
+    # to slot 3): both step left onto the last slot with mass.
+    boundary = float(sum(segment_trees(torchrl)[0][np.arange(3)]))
+    monkeypatch.setattr(np.random, "uniform", lambda low, high, size: np.full(size, boundary))
+    index, _ = lean.sample(storage, 4)
+    want_index, _ = torchrl.sample(storage, 4)
+    assert torch.equal(index, torch.as_tensor(want_index))
