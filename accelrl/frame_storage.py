@@ -121,7 +121,7 @@ class FrameStorage:
         self.tensor_storage = TensorStorage(self.entries)
         # The per-step columns as NumPy arrays over the same memory (RAM or memmap): a TensorDict
         # lookup per read costs more than the read, and a NumPy gather of a few hundred elements
-        # ~1 us where torch.index_select costs ~10 (``benchmarks/replay_sample.py``).
+        # ~1 us where torch.index_select costs ~10 (``benchmarks/dqn_update.py``).
         self.columns = {k: v.numpy() for k, v in self.entries.items() if k != "frame"}
         self._frame_dtype = self.entries["frame"].dtype
         self._action_shape = tuple(self.entries["action"].shape[1:])

@@ -67,7 +67,9 @@ from benchmarks.common import (
     write_json,
 )
 
-SECTIONS = ("env", "collect", "train", "replay", "learner", "startup", "minatar", "precision")
+SECTIONS = (
+    "env", "collect", "train", "replay", "learner", "update", "startup", "minatar", "precision",
+)  # fmt: skip
 FRAMESKIP = 4
 ENV_TARGET = 0.9
 CEILING_TARGET = 0.9
@@ -486,6 +488,35 @@ def learner_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]
     return rows, results
 
 
+def update_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
+    """The DQN recipe's update (replay sample to priority write) against the plain loop's, each
+    at its best threads and kernels (``benchmarks.dqn_update``): the CartPole MLP and the
+    MinAtar CNN, plain DQN (targets) and the rainbow combination; quick: plain DQN, one round."""
+    from benchmarks import dqn_update
+
+    if args.quick:
+        flags = [*dqn_update.quick_args(), "--variants", "dqn"]
+    else:
+        flags = ["--split", "0"]
+    results = dqn_update.main(flags)
+    rows = []
+    for key, r in results.items():
+        net, variant = key.split()
+        rows.append(
+            Row(
+                "update",
+                f"update DQN {net} {variant}: {r['best_recipe']}",
+                r["updates_per_s"][r["best_recipe"]],
+                "updates/s",
+                reference=r["best_plain"],
+                ref_rate=r["updates_per_s"][r["best_plain"]],
+                ratio=r["ratio"],
+                target=r["target"] if variant == "dqn" else None,
+            )
+        )
+    return rows, results
+
+
 def startup_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
     """Seconds from the command to the first batch, against ``import torch, torchrl``."""
     from benchmarks import first_batch
@@ -615,6 +646,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             r, details["replay"] = replay_section(args)
         elif section == "learner":
             r, details["learner"] = learner_section(args)
+        elif section == "update":
+            r, details["update"] = update_section(args)
         elif section == "minatar":
             r, details["minatar"] = minatar_section(args)
         elif section == "precision":

@@ -11,7 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,6 +50,7 @@ def expected_rows(payload: dict) -> list[str]:
     names += [f"train {game}: {spec.name} (" for spec in available_specs()]
     names += ["replay: FrameReplay per 1M Atari transitions", "replay: sample + DQN update"]
     names += ["learner ppo, idle: recipe"]  # vs the plain loop at its best thread count
+    names += ["update DQN cartpole dqn: recipe", "update DQN minatar dqn: recipe"]
     names += ["first batch: ppo Pong, in-process", "first batch: ppo Pong, 2 worker processes"]
     names += ["env MinAtar/Breakout: accelrl make_env minatar"]
     return names
@@ -202,18 +205,49 @@ def test_train_rows_leave_out_the_recipes_first_thread_probe(monkeypatch):
     assert res["ratio"] == pytest.approx(1.0)
 
 
-def test_replay_sample_benchmark_times_both_sides(tmp_path):
-    """``benchmarks.replay_sample`` (the CartPole DQN learner step, recipe vs plain loop) runs
-    and reports a positive time for each side of each case."""
-    from benchmarks import replay_sample
+def test_dqn_update_benchmark_times_both_sides_and_every_phase(tmp_path):
+    """``benchmarks.dqn_update`` times the recipe's update and the plain loop's in paired rounds
+    at every thread setting and reports their ratio and each phase's time."""
+    from benchmarks import dqn_update
 
-    out = tmp_path / "sample.json"
-    replay_sample.main(["--rounds", "1", "--reps", "20", "--json", str(out)])
-    result = json.loads(out.read_text())
-    for case in ("sample", "step"):
-        (row,) = result[case]["rounds"]
-        assert row["accelrl_us"] > 0 and row["plain_us"] > 0, row
-        assert math.isfinite(result[case]["median_ratio"])
+    out = tmp_path / "update.json"
+    args = ["--nets", "cartpole", "--variants", "rainbow", "--json", str(out)]
+    dqn_update.main([*dqn_update.quick_args(), *args])
+    (result,) = json.loads(out.read_text())["results"].values()
+    assert result["best_recipe"].startswith("recipe@")
+    assert result["best_plain"].startswith("plain@")
+    assert all(rate > 0 for rate in result["updates_per_s"].values())
+    assert math.isfinite(result["ratio"]) and result["ratio"] > 0
+    phases = {"sample", "forward and loss", "backward", "clip and optimizer step"}
+    phases |= {"target update", "priority update", "total"}
+    for side in ("recipe", "plain"):
+        assert set(result["split_us"][side]) == phases
+        assert all(us > 0 for us in result["split_us"][side].values())
+
+
+@pytest.mark.parametrize("variant", ["dqn", "rainbow"])
+def test_dqn_update_benchmarks_phases_are_the_recipes_update(variant):
+    """The benchmark's phase-by-phase update takes the same steps as ``DQN.update``: two
+    learners from the same seed, one updated each way on the same samples, end with the same
+    weights, target weights and priorities."""
+    from benchmarks import dqn_update
+
+    d = dqn_update.settings("cartpole", variant)
+    d = dqn_update.DQNConfig(**{**vars(d), "target_update_interval": 3})
+    td = dqn_update.transitions(dqn_update.NETS["cartpole"])
+    whole, phased = (dqn_update.RecipeSide("cartpole", d, td) for _ in range(2))
+    for step in range(7):  # two target copies
+        np.random.seed(step)
+        whole()
+        np.random.seed(step)
+        phased(lambda phase: None)
+    for a, b in zip(whole.dqn.networks(), phased.dqn.networks(), strict=True):
+        for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
+            assert torch.equal(x, y)
+    np.random.seed(99)
+    drawn = whole.replay.sample(256)["index"]
+    np.random.seed(99)
+    assert torch.equal(drawn, phased.replay.sample(256)["index"])
 
 
 def test_minatar_benchmark_steps_both_sides(tmp_path):
