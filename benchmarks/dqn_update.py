@@ -21,10 +21,10 @@ Each side runs at 1 thread and at every core; the plain side also with subnormal
 (``+ftz``, which the recipe always does) and with the fused Adam kernel (``+fused``, the
 recipe's). Rounds alternate all configurations in one process; the ratio is, per round, the
 recipe's best configuration over the plain loop's best, and the median over rounds is quoted.
-``--split`` then times each phase of both sides at their best thread counts.
+``--split N`` then times N updates of both sides' best configurations phase by phase.
 
     python -m benchmarks.dqn_update [--nets cartpole minatar] [--variants dqn rainbow] \
-        [--rounds 5] [--seconds 8] [--split] [--json PATH]
+        [--rounds 5] [--seconds 8] [--split 500] [--threads 1 2] [--json PATH]
 """
 
 from __future__ import annotations
@@ -232,15 +232,21 @@ def with_threads(step: Callable[[], None], threads: int, ftz: bool) -> Callable[
 
 
 def bench(
-    net: str, variant: str, rounds: int, seconds: float, split: int, verbose: bool
+    net: str,
+    variant: str,
+    rounds: int,
+    seconds: float,
+    split: int,
+    verbose: bool,
+    thread_counts: list[int],
 ) -> dict[str, Any]:
-    """Updates/s of every configuration, the paired best-over-best ratio and (``split`` > 0)
-    ``split`` updates of each side's best timed phase by phase."""
+    """Updates/s of every configuration at each of ``thread_counts``, the paired
+    best-over-best ratio and (``split`` > 0) ``split`` updates of each side's best timed phase
+    by phase."""
     d = settings(net, variant)
     td = transitions(NETS[net])
     recipe = RecipeSide(net, d, td)
     plains = {fused: plain_side(net, d, td, fused) for fused in (False, True)}
-    thread_counts = sorted({1, cores()})
     steppers: dict[str, Callable[[], None]] = {}
     for n in thread_counts:
         steppers[f"recipe@{n}"] = with_threads(recipe, n, ftz=True)
@@ -248,7 +254,7 @@ def bench(
             for ftz in (False, True):
                 name = f"plain@{n}" + ("+ftz" if ftz else "") + ("+fused" if fused else "")
                 steppers[name] = with_threads(lambda p=plain: p(BETA), n, ftz)
-    rates = paired_rates(steppers, 1, rounds, seconds * len(steppers), verbose=verbose)
+    rates = paired_rates(steppers, 1, rounds, seconds, verbose=verbose)
     mine = [k for k in rates if k.startswith("recipe")]
     theirs = [k for k in rates if k.startswith("plain")]
     per_round = [
@@ -299,10 +305,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--seconds", type=float, default=8.0, help="timed seconds per configuration in all"
     )
     p.add_argument("--split", type=int, default=500, help="updates timed phase by phase (0: none)")
+    p.add_argument(
+        "--threads", type=int, nargs="+", default=None, help="torch threads (default 1 and all)"
+    )
     p.add_argument("--json", default=None)
     p.add_argument("-v", "--verbose", action="store_true", help="print every round")
     args = p.parse_args(argv)
     np.random.seed(0)
+    threads = sorted(set(args.threads or [1, cores()]))
     results: dict[str, Any] = {}
     rows = []
     for net in args.nets:
@@ -310,7 +320,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             key = f"{net} {variant}"
             print(f"{key}: {args.rounds} rounds ...", flush=True)
             r = results[key] = bench(
-                net, variant, args.rounds, args.seconds, args.split, args.verbose
+                net, variant, args.rounds, args.seconds, args.split, args.verbose, threads
             )
             ups = r["updates_per_s"]
             rows.append(
@@ -345,8 +355,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def quick_args() -> list[str]:
-    """The suite's ``--quick`` sizes: one round of each configuration, a few updates split."""
-    return ["--rounds", "1", "--seconds", "0.3", "--split", "20"]
+    """The suite's ``--quick`` sizes: one round of each configuration at one thread, a few
+    updates split."""
+    return ["--rounds", "1", "--seconds", "0.3", "--split", "20", "--threads", "1"]
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ steps, 20 epochs, learning rate 1e-3) at 50k frames. Measured on a 2-core Intel 
 and 370) and 181, 141 and 191 in this test (the thread plan's 2 threads); feed-forward 46, 46
 and 46 (44-45 at 150k; 44.8 in this test). With the velocities shown the feed-forward policy
 reaches 500 (tests/test_ppo.py). The thresholds sit between the two with room for other CPU
-kernels' trajectories: every LSTM seed at 80 or more and their mean at 110 or more, the
-feed-forward policy under 60. The test runs LSTM seeds 0 and 1 (a third seed cost CI about 2.5
-minutes on a 2-core Zen 1); a broken memory scores like the feed-forward policy, far under 80."""
+kernels' trajectories: the LSTM at 110 or more, the feed-forward policy under 60. The test runs
+LSTM seed 0 alone (each seed cost CI about 2.5 minutes on a 2-core Zen 1; seeds 1 and 2 ended
+at 141-162 and 129 where seed 0 ended at 176-181); a broken memory scores like the feed-forward
+policy, far under 110."""
 
 import pytest
 
@@ -20,7 +21,7 @@ from recipes import ppo_atari
 from tests.helpers import cartpole_recipe_config
 
 FRAMES = 50_000
-LSTM_SEEDS = (0, 1)
+LSTM_SEEDS = (0,)
 
 
 def hidden_velocities(tmp_path, recurrent: str, seed: int):
@@ -42,5 +43,4 @@ def test_an_lstm_policy_balances_without_velocities_and_a_feed_forward_one_canno
                       f"last-100 {summary['mean_return_100']:.1f}")  # fmt: skip
             scores[recurrent, seed] = summary["mean_return_100"]
     assert scores["none", 0] < 60, scores
-    lstm = [scores["lstm", seed] for seed in LSTM_SEEDS]
-    assert min(lstm) >= 80 and sum(lstm) / len(lstm) >= 110, scores
+    assert all(scores["lstm", seed] >= 110 for seed in LSTM_SEEDS), scores
