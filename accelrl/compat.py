@@ -30,6 +30,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
 from torchrl.data import PrioritizedSampler
+from torchrl.collectors import Collector
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.modules import QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate
@@ -172,3 +173,30 @@ def cpu_has_native_bf16() -> bool:
         return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
     onednn = torch.backends.mkldnn.is_available()
     return bool(onednn and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def collector_carrier(collector: Collector) -> TensorDictBase:
+    """The TensorDict a TorchRL ``Collector`` acts on next (its root: the observation after the
+    last step, or after the first reset). Private ``Collector._carrier`` (checked against
+    TorchRL 0.14.1); ``accelrl.collectors.LeanCollector`` steps it."""
+    return collector._carrier
+
+
+def set_collector_carrier(collector: Collector, root: TensorDictBase) -> None:
+    """Make ``root`` the TensorDict ``collector`` acts on next (private ``Collector._carrier``)."""
+    collector._carrier = root
+
+
+def collector_truncates_batches(collector: Collector) -> bool:
+    """Whether ``collector`` marks the last step of every batch truncated (its env declares
+    truncation keys TorchRL does not expect; private ``Collector._truncated_keys``, checked
+    against TorchRL 0.14.1: empty for accelrl's envs)."""
+    return bool(collector._truncated_keys)
+
+
+def storage_use_count(tensor: torch.Tensor) -> int:
+    """How many tensors (views included) share ``tensor``'s storage, plus one for the storage
+    object this call makes. Private ``torch._C._storage_Use_Count`` (checked against torch
+    2.14): ``accelrl.collectors.LeanCollector`` reuses a batch's memory only when it is 1 + its
+    own tensor."""
+    return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)

@@ -79,6 +79,12 @@ class SameStepVectorEnv(EnvBase):
             done=flag.clone(), terminated=flag.clone(), truncated=flag.clone(), shape=b
         )
 
+    @property
+    def step_keys(self) -> tuple[str, ...]:
+        """The keys of a step's ``next`` data (the root's are the same but ``reward``)."""
+        return (self.obs_key, "reward", "score", "done", "terminated", "truncated",
+                "life_lost", "episode_return", "episode_length", "env_id")  # fmt: skip
+
     def close(self, *, raise_if_closed: bool = True) -> None:
         # Subclasses that step a vector env of their own keep it in ``_vec``.
         vec = self.__dict__.get("_vec")
@@ -181,7 +187,15 @@ class SameStepVectorEnv(EnvBase):
         """One batched step: the transition's ``next`` data and the root to act on next."""
         return self._complete(*self._raw_step(self._executed(action.numpy())))
 
-    def _complete(self, obs, score, terminated, truncated, env_ids, lives, info):
+    def _final_rows(self, obs: np.ndarray, ended: np.ndarray, info: dict) -> np.ndarray:
+        """The episodes' last observations of the ``ended`` rows only, ``[ended rows, ...]``;
+        backends whose simulators give them on the side override this cheaper default."""
+        return self._final_obs(obs, ended, info)[ended]
+
+    def _account(self, score, terminated, truncated, env_ids, lives):
+        """The step's episode bookkeeping (lives, running return and length, auto-reset of the
+        statistics): returns (rows, ended, life_lost, score, ep_return, ep_length), the
+        statistics as of this step (final on ended rows)."""
         # Synchronous mode returns every simulator in order: plain views instead of gathers.
         rows = slice(None) if self.rows == self.num_envs else env_ids
         ended = terminated | truncated
@@ -197,6 +211,18 @@ class SameStepVectorEnv(EnvBase):
         score = score.astype(np.float32, copy=False)
         ep_return = self._ep_return[rows] + score
         ep_length = self._ep_length[rows] + 1
+        if ended.any():
+            self._ep_return[rows] = np.where(ended, 0.0, ep_return)
+            self._ep_length[rows] = np.where(ended, 0, ep_length)
+        else:
+            self._ep_return[rows] = ep_return
+            self._ep_length[rows] = ep_length
+        return rows, ended, life_lost, score, ep_return, ep_length
+
+    def _complete(self, obs, score, terminated, truncated, env_ids, lives, info):
+        _, ended, life_lost, score, ep_return, ep_length = self._account(
+            score, terminated, truncated, env_ids, lives
+        )
         any_ended = ended.any()
         next_obs = self._final_obs(obs, ended, info) if any_ended else obs
         col = (self.rows, 1)
@@ -219,8 +245,6 @@ class SameStepVectorEnv(EnvBase):
         # ``next`` tensors (no copies).
         root = {k: v for k, v in nxt.items() if k != "reward"}
         if any_ended:
-            self._ep_return[rows] = np.where(ended, 0.0, ep_return)
-            self._ep_length[rows] = np.where(ended, 0, ep_length)
             keep = torch.from_numpy(~ended).unsqueeze(-1)
             false = torch.zeros(col, dtype=torch.bool)
             root.update(
@@ -234,11 +258,66 @@ class SameStepVectorEnv(EnvBase):
                     "truncated": false,
                 }
             )
-        else:
-            self._ep_return[rows] = ep_return
-            self._ep_length[rows] = ep_length
         self._root = root
         return self._pack(nxt), self._pack(root)
+
+    def step_into(
+        self, action: torch.Tensor, nxt: dict[str, np.ndarray], root_obs: np.ndarray
+    ) -> np.ndarray:
+        """One batched step written into a batch the caller owns, without a TensorDict: ``nxt``
+        (arrays ``[rows, ...]``, flags and statistics ``[rows, 1]``) takes the transition's
+        observation, ``score``, ``terminated``, ``truncated``, ``life_lost``,
+        ``episode_return``, ``episode_length`` and ``env_id`` as ``_advance`` returns them,
+        ``root_obs`` the root's observation; ``complete_rollout`` derives the other keys once
+        per batch. Returns the simulators' observation array (the root's, for the policy's next
+        forward pass), valid until the next step. ``accelrl.collectors.LeanCollector`` writes
+        its batches this way."""
+        obs, score, terminated, truncated, env_ids, lives, info = self._raw_step(
+            self._executed(action.numpy())
+        )
+        _, ended, life_lost, score, ep_return, ep_length = self._account(
+            score, terminated, truncated, env_ids, lives
+        )
+        key = self.obs_key
+        np.copyto(nxt[key], obs)
+        if ended.any():
+            nxt[key][ended] = self._final_rows(obs, ended, info)
+        np.copyto(root_obs, obs)
+        col = (self.rows, 1)
+        np.copyto(nxt["score"], score.reshape(col))
+        np.copyto(nxt["terminated"], terminated.reshape(col))
+        np.copyto(nxt["truncated"], truncated.reshape(col))
+        np.copyto(nxt["life_lost"], life_lost.reshape(col))
+        np.copyto(nxt["episode_return"], ep_return.reshape(col))
+        np.copyto(nxt["episode_length"], ep_length.reshape(col))
+        np.copyto(nxt["env_id"], env_ids.reshape(col), casting="unsafe")
+        self._root = None  # the caller holds the root; a masked reset resets everything
+        return obs
+
+    def complete_rollout(
+        self, nxt: dict[str, np.ndarray], root: dict[str, np.ndarray], carry: dict[str, np.ndarray]
+    ) -> None:
+        """After ``step_into`` filled steps ``0..T-1`` of ``nxt`` (arrays ``[rows, T, ...]``)
+        and ``root[obs_key][:, 1:]``, with ``root[:, 0]`` the batch's first root: fill the
+        keys that follow from them as ``_advance`` computes them (``reward`` from the score,
+        ``done``, the roots' statistics, zeroed where an episode ended, and flags), and
+        ``carry`` (arrays ``[rows, ...]``) with the root after the last step, whose observation
+        the caller copies."""
+        if self.clip_rewards:
+            np.sign(nxt["score"], out=nxt["reward"])
+        else:
+            np.copyto(nxt["reward"], nxt["score"])
+        np.logical_or(nxt["terminated"], nxt["truncated"], out=nxt["done"])
+        keep = ~nxt["done"]
+        for key in ("score", "episode_return", "episode_length"):
+            np.multiply(nxt[key][:, :-1], keep[:, :-1], out=root[key][:, 1:])
+            np.multiply(nxt[key][:, -1], keep[:, -1], out=carry[key])
+        for key in ("life_lost", "env_id"):
+            np.copyto(root[key][:, 1:], nxt[key][:, :-1])
+            np.copyto(carry[key], nxt[key][:, -1])
+        for key in ("done", "terminated", "truncated"):
+            root[key][:, 1:] = False
+            carry[key][...] = False
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         return self._advance(tensordict.get("action"))[0]
