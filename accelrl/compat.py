@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
-from torchrl.data import PrioritizedSampler
 from torchrl.collectors import Collector
+from torchrl.data import PrioritizedSampler
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.modules import QValueActor
 from torchrl.objectives import DQNLoss, HardUpdate

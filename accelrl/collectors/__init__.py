@@ -11,8 +11,8 @@ last, each row one simulator through time) and answers ``update_policy_weights_(
 
 from accelrl.collectors.alternating import AlternatingCollector
 from accelrl.collectors.batched import BatchedInferenceCollector, single_simulator
-from accelrl.collectors.lean import LeanCollector
 from accelrl.collectors.factory import env_factory, make_collector, run_collector
+from accelrl.collectors.lean import LeanCollector
 from accelrl.collectors.policy_lag import VERSION_KEY, PolicyLag, VersionStamp, policy_lag
 from accelrl.collectors.threads import ThreadPlan, UpdateThreads, core_shortfall, plan_threads
 from accelrl.collectors.watchdog import CollectorFailure, WatchedCollector
