@@ -366,14 +366,16 @@ def acting_policies(game: str, kind: str):
     return DQN(cfg, **spec, device=torch.device("cpu")).collect_policy
 
 
-def first_batches(cls, game: str, kind: str, rows: int, steps: int, count: int, seed: int = 3):
+def first_batches(
+    cls, game: str, kind: str, rows: int, steps: int, count: int, seed: int = 3, **env
+):
     """``count`` batches of ``cls`` (TorchRL's ``Collector`` or ``LeanCollector``) from the same
-    seeds, and whether the lean path ran."""
+    seeds, and whether the lean path ran; ``env``: more ``EnvConfig`` settings."""
     from accelrl.envs import make_env
 
     policy = acting_policies(game, kind)
     torch.manual_seed(seed)  # the action draws
-    env = make_env(EnvConfig(game=game, num_envs=rows), seed=seed)
+    env = make_env(EnvConfig(game=game, num_envs=rows, **env), seed=seed)
     collector = cls(
         env, policy, frames_per_batch=rows * steps, total_frames=-1, track_traj_ids=False
     )
@@ -385,15 +387,16 @@ def first_batches(cls, game: str, kind: str, rows: int, steps: int, count: int, 
 
 
 @pytest.mark.parametrize(
-    "game,kind,steps",
+    "game,kind,steps,env",
     [
-        ("Null/CartPole", "ppo", 45),  # episodes of 30-60 steps end within and across batches
-        ("Null/Atari", "ppo", 7),
-        ("Null/CartPole", "dqn", 45),
-        ("CartPole-v1", "ppo", 40),  # the classic backend's final observations, derived
+        ("Null/CartPole", "ppo", 45, {}),  # episodes of 30-60 steps end within and across batches
+        ("Null/Atari", "ppo", 7, {}),
+        ("Null/CartPole", "dqn", 45, {}),
+        ("CartPole-v1", "ppo", 40, {}),  # the classic backend's final observations, derived
+        ("Breakout", "ppo", 60, {"fire_on_life_loss": True}),  # ale-py: lives, FIRE after a loss
     ],
 )
-def test_lean_collector_batches_equal_torchrls(game, kind, steps):
+def test_lean_collector_batches_equal_torchrls(game, kind, steps, env):
     """The lean rollout writes the batches TorchRL's ``Collector`` yields for the same seeds:
     the same keys, dtypes, shapes, dim names and values (actions drawn from the same stream,
     final observations at episode ends, roots reset in the same step, episode statistics)."""
@@ -401,10 +404,11 @@ def test_lean_collector_batches_equal_torchrls(game, kind, steps):
 
     from accelrl.collectors import LeanCollector
 
-    expected, _ = first_batches(Collector, game, kind, rows=4, steps=steps, count=3)
-    found, lean = first_batches(LeanCollector, game, kind, rows=4, steps=steps, count=3)
+    expected, _ = first_batches(Collector, game, kind, rows=4, steps=steps, count=3, **env)
+    found, lean = first_batches(LeanCollector, game, kind, rows=4, steps=steps, count=3, **env)
     assert lean, "the lean rollout must run here, or this test compares TorchRL with itself"
-    assert expected[1]["next", "done"].any(), "the batches must hold episode ends"
+    ends = expected[1]["next", "done"] | expected[1]["next", "life_lost"]
+    assert ends.any(), "the batches must hold episode ends (Breakout: lost lives)"
     for want, got in zip(expected, found, strict=True):
         assert set(got.keys(True, True)) == set(want.keys(True, True))
         assert got.names == want.names and got["next"].names == want["next"].names

@@ -60,6 +60,9 @@ class SameStepVectorEnv(EnvBase):
         self._ep_return = np.zeros(num_envs, dtype=np.float32)
         self._ep_length = np.zeros(num_envs, dtype=np.int64)
         self._root: dict[str, torch.Tensor] | None = None
+        # What ``step_into`` leaves for ``complete_rollout`` (a dict: attribute assignment on a
+        # TorchRL env goes through nn.Module.__setattr__, microseconds a call).
+        self._stepped: dict[str, object] = {}
         b = self.batch_size
         flag = Categorical(2, shape=(*b, 1), dtype=torch.bool)
         self.observation_spec = Composite(
@@ -199,15 +202,7 @@ class SameStepVectorEnv(EnvBase):
         # Synchronous mode returns every simulator in order: plain views instead of gathers.
         rows = slice(None) if self.rows == self.num_envs else env_ids
         ended = terminated | truncated
-        if lives is not None:
-            # After game over the simulator has started its next episode and its lives counter
-            # jumped up, so a life loss is a drop in lives within one episode.
-            life_lost = (lives < self._lives[rows]) & ~ended
-            self._lives[rows] = lives
-            if self.fire_action is not None:
-                self._fire_due[rows] = life_lost
-        else:
-            life_lost = np.zeros_like(ended)
+        life_lost = np.zeros_like(ended) if lives is None else self._life_lost(rows, lives, ended)
         score = score.astype(np.float32, copy=False)
         ep_return = self._ep_return[rows] + score
         ep_length = self._ep_length[rows] + 1
@@ -218,6 +213,16 @@ class SameStepVectorEnv(EnvBase):
             self._ep_return[rows] = ep_return
             self._ep_length[rows] = ep_length
         return rows, ended, life_lost, score, ep_return, ep_length
+
+    def _life_lost(self, rows, lives: np.ndarray, ended: np.ndarray) -> np.ndarray:
+        """Rows that lost a life this step (not at game over); notes FIRE due on them."""
+        # After game over the simulator has started its next episode and its lives counter
+        # jumped up, so a life loss is a drop in lives within one episode.
+        life_lost = (lives < self._lives[rows]) & ~ended
+        self._lives[rows] = lives
+        if self.fire_action is not None:
+            self._fire_due[rows] = life_lost
+        return life_lost
 
     def _complete(self, obs, score, terminated, truncated, env_ids, lives, info):
         _, ended, life_lost, score, ep_return, ep_length = self._account(
@@ -266,31 +271,40 @@ class SameStepVectorEnv(EnvBase):
     ) -> np.ndarray:
         """One batched step written into a batch the caller owns, without a TensorDict: ``nxt``
         (arrays ``[rows, ...]``, flags and statistics ``[rows, 1]``) takes the transition's
-        observation, ``score``, ``terminated``, ``truncated``, ``life_lost``,
-        ``episode_return``, ``episode_length`` and ``env_id`` as ``_advance`` returns them,
-        ``root_obs`` the root's observation; ``complete_rollout`` derives the other keys once
-        per batch. Returns the simulators' observation array (the root's, for the policy's next
-        forward pass), valid until the next step. ``accelrl.collectors.LeanCollector`` writes
-        its batches this way."""
+        observation, ``score``, ``terminated``, ``truncated``, ``life_lost`` (simulators with
+        lives), ``episode_return`` and ``episode_length`` as ``_advance`` returns them,
+        ``root_obs`` the root's observation; ``complete_rollout`` writes the other keys once
+        per batch. Synchronous envs only (every simulator, in row order). Returns the
+        simulators' observation array (the root's, for the policy's next forward pass), valid
+        until the next step. ``accelrl.collectors.LeanCollector`` writes its batches this
+        way."""
+        # ``_account``'s bookkeeping, written into the batch as it goes (every simulator, in
+        # order: ``LeanCollector`` steps only synchronous envs); ``env_id`` and a simulator
+        # without lives' ``life_lost`` follow once per batch in ``complete_rollout``.
         obs, score, terminated, truncated, env_ids, lives, info = self._raw_step(
             self._executed(action.numpy())
         )
-        _, ended, life_lost, score, ep_return, ep_length = self._account(
-            score, terminated, truncated, env_ids, lives
-        )
+        ended = terminated | truncated
+        score = score.astype(np.float32, copy=False)
+        ep_return, ep_length = nxt["episode_return"][:, 0], nxt["episode_length"][:, 0]
+        np.add(self._ep_return, score, out=ep_return)
+        np.add(self._ep_length, 1, out=ep_length)
+        np.copyto(nxt["score"][:, 0], score)
+        np.copyto(nxt["terminated"][:, 0], terminated)
+        np.copyto(nxt["truncated"][:, 0], truncated)
+        self._stepped["env_ids"], self._stepped["lives"] = env_ids, lives is not None
+        if lives is not None:
+            np.copyto(nxt["life_lost"][:, 0], self._life_lost(slice(None), lives, ended))
         key = self.obs_key
         np.copyto(nxt[key], obs)
+        np.copyto(root_obs, obs)
         if ended.any():
             nxt[key][ended] = self._final_rows(obs, ended, info)
-        np.copyto(root_obs, obs)
-        col = (self.rows, 1)
-        np.copyto(nxt["score"], score.reshape(col))
-        np.copyto(nxt["terminated"], terminated.reshape(col))
-        np.copyto(nxt["truncated"], truncated.reshape(col))
-        np.copyto(nxt["life_lost"], life_lost.reshape(col))
-        np.copyto(nxt["episode_return"], ep_return.reshape(col))
-        np.copyto(nxt["episode_length"], ep_length.reshape(col))
-        np.copyto(nxt["env_id"], env_ids.reshape(col), casting="unsafe")
+            self._ep_return[:] = np.where(ended, 0.0, ep_return)
+            self._ep_length[:] = np.where(ended, 0, ep_length)
+        else:
+            np.copyto(self._ep_return, ep_return)
+            np.copyto(self._ep_length, ep_length)
         self._root = None  # the caller holds the root; a masked reset resets everything
         return obs
 
@@ -303,6 +317,9 @@ class SameStepVectorEnv(EnvBase):
         ``done``, the roots' statistics, zeroed where an episode ended, and flags), and
         ``carry`` (arrays ``[rows, ...]``) with the root after the last step, whose observation
         the caller copies."""
+        if not self._stepped["lives"]:
+            nxt["life_lost"][...] = False
+        np.copyto(nxt["env_id"], self._stepped["env_ids"].reshape(-1, 1, 1), casting="unsafe")
         if self.clip_rewards:
             np.sign(nxt["score"], out=nxt["reward"])
         else:
