@@ -12,8 +12,9 @@ of a step of 8 CartPoles (~180 us) and 1% of 8 Pongs (~2.6 ms). Timings in the d
 ``timeit``, 16 rows, the 10 keys of an Atari step, best of 7. The others reach what TorchRL has
 no public call for: the prioritized sampler's segment trees (``accelrl.replay_mass``), the
 fallback of a module's output write (``accelrl.models``), the parts of DQN's actor and loss
-that ``accelrl.algos.dqn`` runs directly, and whether the CPU computes bf16 natively
-(``accelrl.precision``).
+that ``accelrl.algos.dqn`` runs directly, whether the CPU computes bf16 natively
+(``accelrl.precision``), and TorchRL's in-process collector's root and a storage's use count
+(``accelrl.collectors.LeanCollector``).
 
 Private TorchRL *hooks* that accelrl overrides (they cannot move here; the tests pin them too):
 ``EnvBase._step_and_maybe_reset`` (``accelrl.envs.vector.SameStepVectorEnv``'s fast path),
@@ -178,13 +179,8 @@ def cpu_has_native_bf16() -> bool:
 def collector_carrier(collector: Collector) -> TensorDictBase:
     """The TensorDict a TorchRL ``Collector`` acts on next (its root: the observation after the
     last step, or after the first reset). Private ``Collector._carrier`` (checked against
-    TorchRL 0.14.1); ``accelrl.collectors.LeanCollector`` steps it."""
+    TorchRL 0.14.1); ``accelrl.collectors.LeanCollector`` starts its lean batches from it."""
     return collector._carrier
-
-
-def set_collector_carrier(collector: Collector, root: TensorDictBase) -> None:
-    """Make ``root`` the TensorDict ``collector`` acts on next (private ``Collector._carrier``)."""
-    collector._carrier = root
 
 
 def collector_truncates_batches(collector: Collector) -> bool:
