@@ -12,8 +12,9 @@ of a step of 8 CartPoles (~180 us) and 1% of 8 Pongs (~2.6 ms). Timings in the d
 ``timeit``, 16 rows, the 10 keys of an Atari step, best of 7. The others reach what TorchRL has
 no public call for: the prioritized sampler's segment trees (``accelrl.replay_mass``), the
 fallback of a module's output write (``accelrl.models``), the parts of DQN's actor and loss
-that ``accelrl.algos.dqn`` runs directly, and whether the CPU computes bf16 natively
-(``accelrl.precision``).
+that ``accelrl.algos.dqn`` runs directly, whether the CPU computes bf16 natively
+(``accelrl.precision``), and TorchRL's in-process collector's root and a storage's use count
+(``accelrl.collectors.LeanCollector``).
 
 Private TorchRL *hooks* that accelrl overrides (they cannot move here; the tests pin them too):
 ``EnvBase._step_and_maybe_reset`` (``accelrl.envs.vector.SameStepVectorEnv``'s fast path),
@@ -29,6 +30,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModule
+from torchrl.collectors import Collector
 from torchrl.data import PrioritizedSampler
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.modules import QValueActor
@@ -185,3 +187,25 @@ def cpu_has_native_bf16() -> bool:
         return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
     onednn = torch.backends.mkldnn.is_available()
     return bool(onednn and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def collector_carrier(collector: Collector) -> TensorDictBase:
+    """The TensorDict a TorchRL ``Collector`` acts on next (its root: the observation after the
+    last step, or after the first reset). Private ``Collector._carrier`` (checked against
+    TorchRL 0.14.1); ``accelrl.collectors.LeanCollector`` starts its lean batches from it."""
+    return collector._carrier
+
+
+def collector_truncates_batches(collector: Collector) -> bool:
+    """Whether ``collector`` marks the last step of every batch truncated (its env declares
+    truncation keys TorchRL does not expect; private ``Collector._truncated_keys``, checked
+    against TorchRL 0.14.1: empty for accelrl's envs)."""
+    return bool(collector._truncated_keys)
+
+
+def storage_use_count(tensor: torch.Tensor) -> int:
+    """How many tensors (views included) share ``tensor``'s storage, plus one for the storage
+    object this call makes. Private ``torch._C._storage_Use_Count`` (checked against torch
+    2.14): ``accelrl.collectors.LeanCollector`` reuses a batch's memory only when it is 1 + its
+    own tensor."""
+    return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)

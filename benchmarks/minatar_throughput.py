@@ -7,7 +7,9 @@ random actions, in interleaved rounds within one process:
   ended, and read every ``state()`` (the observation any agent needs), the ceiling for a wrapper;
 - accelrl: ``make_env``'s ``MinAtarVecEnv`` through ``step_and_maybe_reset(td)``, the call
   TorchRL collectors make (the same loop, plus channels-first uint8 observations, episode
-  statistics and the TensorDicts).
+  statistics and the TensorDicts);
+- accelrl lean: the same env as ``accelrl.collectors.LeanCollector`` steps it: ``step_into`` a
+  batch's arrays (``T = 16`` steps), ``complete_rollout`` once per batch, no TensorDict.
 
 One agent step is one MinAtar frame. Needs the minatar extra (``pip install "accelrl[minatar]"``).
 
@@ -61,18 +63,49 @@ def accelrl_env(game: str, num_envs: int, seed: int):
     return make_env(EnvConfig(game=f"MinAtar/{name}", num_envs=num_envs), seed=seed)
 
 
+def lean_stepper(env, actions: torch.Tensor, steps: int = 16) -> Callable[[], Any]:
+    """Steps ``env`` as ``LeanCollector`` does: into a ``[rows, steps]`` batch's arrays."""
+    root = env.reset()
+    rows = env.num_envs
+
+    def arrays(keys) -> dict[str, np.ndarray]:
+        return {k: np.zeros((rows, steps, *root[k].shape[1:]), root[k].numpy().dtype) for k in keys}
+
+    keys = [k for k in env.step_keys if k != "reward"]
+    nxt = arrays(keys) | {"reward": np.zeros((rows, steps, 1), np.float32)}
+    roots = arrays(keys)
+    carry = {k: root[k].numpy().copy() for k in keys}
+    at = [{k: v[:, t] for k, v in nxt.items()} for t in range(steps)]
+    i = 0
+
+    def step() -> None:
+        nonlocal i
+        t = i % steps
+        into = carry[env.obs_key] if t + 1 == steps else roots[env.obs_key][:, t + 1]
+        env.step_into(actions[i % len(actions)], at[t], into)
+        if t + 1 == steps:
+            env.complete_rollout(nxt, roots, carry)
+        i += 1
+
+    return step
+
+
 def bench_num_envs(
     game: str, num_envs: int, rounds: int, seconds: float, verbose: bool
 ) -> dict[str, Any]:
     actions = np.random.default_rng(0).integers(0, 6, size=(ACTION_SEQ, num_envs))
     env = accelrl_env(game, num_envs, seed=1000)
+    lean_env = accelrl_env(game, num_envs, seed=1000)
     steppers = {
         "raw": raw_stepper(game, num_envs, actions, seed=0),
         "accelrl": td_stepper(env, torch.from_numpy(actions)),
+        "accelrl lean": lean_stepper(lean_env, torch.from_numpy(actions)),
     }
     rates = common.paired_rates(steppers, num_envs, rounds, seconds, verbose=verbose)
     env.close()
+    lean_env.close()
     raw_r, acc_r = common.median(rates["raw"]), common.median(rates["accelrl"])
+    lean_r = common.median(rates["accelrl lean"])
     return {
         "num_envs": num_envs,
         "raw_steps_per_s": raw_r,
@@ -80,6 +113,9 @@ def bench_num_envs(
         "accelrl_over_raw": common.median_ratio(rates["accelrl"], rates["raw"]),
         # Python time each batched step adds on top of the raw loop, from the median rates.
         "accelrl_overhead_us": 1e6 * num_envs * (1 / acc_r - 1 / raw_r),
+        "lean_steps_per_s": lean_r,
+        "lean_over_raw": common.median_ratio(rates["accelrl lean"], rates["raw"]),
+        "lean_overhead_us": 1e6 * num_envs * (1 / lean_r - 1 / raw_r),
         "per_round": rates,
     }
 
@@ -108,11 +144,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             r["accelrl_steps_per_s"],
             r["accelrl_over_raw"],
             r["accelrl_overhead_us"],
+            r["lean_steps_per_s"],
+            r["lean_over_raw"],
+            r["lean_overhead_us"],
         )
         for r in results
     ]
-    common.print_table(["envs", "raw", "accelrl", "acc/raw", "acc us/step"], rows)
-    print("acc/raw: median of per-round paired ratios; us/step: wrapper time per batched step")
+    headers = ["envs", "raw", "accelrl", "acc/raw", "acc us/step", "lean", "lean/raw", "lean us"]
+    common.print_table(headers, rows)
+    print(
+        "acc/raw, lean/raw: median of per-round paired ratios; us/step: wrapper time per batched "
+        "step; lean: stepped as LeanCollector steps it (step_into a batch's arrays)"
+    )
     payload = {**common.machine_info(), "game": args.game, "results": results}
     if args.json:
         common.write_json(args.json, payload)

@@ -3,7 +3,7 @@
     python -m benchmarks.run [--quick] [--json PATH] [--games Pong Breakout] [--seconds S]
                              [--device cpu|cuda]
                              [--sections env collect train replay learner startup minatar
-                                         precision]
+                                         precision acting]
 
 Every row is a rate measured in this run next to the reference it is compared with, measured in
 the same run, their ratio (the median of per-round paired ratios where the two alternate in
@@ -26,10 +26,17 @@ rounds) and the target, with ``MISSED`` where the target is not met:
   share of torch threads and at its update count, the faster taken. Target: >= 1.0 x plain.
 - minatar: agent steps/s (= frames/s) of accelrl's MinAtar env (``MinAtar/Breakout``, 64
   simulators; quick: 8) against a raw loop over ``minatar.Environment`` objects
-  (``benchmarks.minatar_throughput``), alternating in 0.1 s rounds. Reference: raw. No target.
+  (``benchmarks.minatar_throughput``), alternating in 0.1 s rounds, and the same env stepped
+  as ``LeanCollector`` steps it (``step_into``). Reference: raw. No target.
 - precision: bf16 against fp32 (``benchmarks.precision``): PPO and DQN update time, the acting
   policy's step, channels_last and foreach Adam, each paired with fp32 in alternating rounds;
   ratio = speed-up over fp32. No target (docs/precision.md says when bf16 pays).
+- acting: the framework's cost per agent step (``benchmarks.acting_overhead``): each recipe's
+  collection (PPO, A2C, DQN with its replay write) against a plain torch loop on zero-cost
+  simulators (``Null/Atari``, ``Null/CartPole``) with a tiny policy, at 8, 64 and 256
+  simulators, alternating in rounds. Rate: microseconds per agent step; ratio = recipe / plain
+  time. Target: <= 1.25 at 64 and 256 simulators. Quick: ``Null/CartPole``, 8 simulators, PPO
+  and DQN, two short rounds.
 - replay: ``FrameReplay`` bytes per 1M Atari transitions (target <= 7.5 GB; reference: storing
   obs and next obs stacks) and sample + DQN update time at batch 512 and 2048 against the update
   alone (``benchmarks.replay_memory``).
@@ -69,6 +76,7 @@ from benchmarks.common import (
 
 SECTIONS = (
     "env", "collect", "train", "replay", "learner", "update", "startup", "minatar", "precision",
+    "acting",
 )  # fmt: skip
 FRAMESKIP = 4
 ENV_TARGET = 0.9
@@ -559,7 +567,17 @@ def minatar_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]
         ref_rate=raw,
         ratio=result["accelrl_over_raw"],
     )
-    return [row], result
+    lean = Row(
+        "minatar",
+        "env MinAtar/Breakout: stepped as LeanCollector steps it",
+        result["lean_steps_per_s"],
+        "steps/s",
+        result["lean_steps_per_s"],
+        reference=f"raw minatar loop, {n} sims",
+        ref_rate=raw,
+        ratio=result["lean_over_raw"],
+    )
+    return [row, lean], result
 
 
 def precision_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
@@ -569,6 +587,44 @@ def precision_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, An
     flags = ["--device", args.device] + (["--quick"] if args.quick else [])
     results = precision.main(flags)
     return precision.rows(results), results
+
+
+# --- acting overhead (self-contained: benchmarks.acting_overhead) -----------------------------
+
+
+def acting_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]:
+    """Each recipe's collection against a plain loop on zero-cost simulators, in microseconds
+    per agent step (``benchmarks.acting_overhead``)."""
+    from benchmarks import acting_overhead
+
+    if args.quick:
+        games, sizes, recipes, rounds, seconds = ["Null/CartPole"], [8], ("ppo", "dqn"), 2, 0.4
+    else:
+        games, sizes = ["Null/Atari", "Null/CartPole"], [8, 64, 256]
+        recipes, rounds, seconds = acting_overhead.RECIPES, 20, max(args.seconds, 4.0)
+    rows: list[Row] = []
+    results = []
+    for game in games:
+        for n in sizes:
+            log(f"acting {game}, {n} simulators: {rounds} rounds")
+            r = acting_overhead.bench(game, n, recipes, rounds, seconds, args.verbose)
+            results.append(r)
+            for recipe in recipes:
+                target = n in acting_overhead.TARGET_NUM_ENVS
+                rows.append(
+                    Row(
+                        "acting",
+                        f"acting {game}, {n} sims: {recipe} collection",
+                        r[f"{recipe} us/step"],
+                        "us/step",
+                        reference=f"plain {recipe} loop",
+                        ref_rate=r[f"plain {recipe} us/step"],
+                        ratio=r[f"{recipe} / plain"],
+                        target=acting_overhead.TARGET if target else None,
+                        op="<=",
+                    )
+                )
+    return rows, {"results": results}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -652,6 +708,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             r, details["minatar"] = minatar_section(args)
         elif section == "precision":
             r, details["precision"] = precision_section(args)
+        elif section == "acting":
+            r, details["acting"] = acting_section(args)
         else:
             r, details["startup"] = startup_section(args)
         rows += r

@@ -53,6 +53,8 @@ def expected_rows(payload: dict) -> list[str]:
     names += ["update DQN cartpole dqn: recipe", "update DQN minatar dqn: recipe"]
     names += ["first batch: ppo Pong, in-process", "first batch: ppo Pong, 2 worker processes"]
     names += ["env MinAtar/Breakout: accelrl make_env minatar"]
+    names += ["env MinAtar/Breakout: stepped as LeanCollector steps it"]
+    names += [f"acting Null/CartPole, 8 sims: {recipe} collection" for recipe in ("ppo", "dqn")]
     return names
 
 
@@ -262,5 +264,21 @@ def test_minatar_benchmark_steps_both_sides(tmp_path):
     )
     (result,) = json.loads(out.read_text())["results"]
     assert len(result["per_round"]["raw"]) == len(result["per_round"]["accelrl"]) == 2
+    assert len(result["per_round"]["accelrl lean"]) == 2
     assert result["raw_steps_per_s"] > 0 and result["accelrl_steps_per_s"] > 0
+    assert result["lean_steps_per_s"] > 0 and math.isfinite(result["lean_over_raw"])
     assert math.isfinite(result["accelrl_over_raw"]) and result["accelrl_over_raw"] > 0
+
+
+def test_acting_overhead_benchmark_times_the_plain_loop_and_each_recipe():
+    """``benchmarks.acting_overhead`` times each recipe's collection (TorchRL's ``Collector``
+    too with ``before``) and the plain loops in paired rounds on zero-cost simulators and
+    reports microseconds per agent step and the ratios."""
+    from benchmarks import acting_overhead
+
+    result = acting_overhead.bench("Null/CartPole", 4, ("ppo", "dqn"), 2, 0.2, before=True)
+    for name in ("plain ppo", "ppo", "ppo torchrl", "plain dqn", "dqn", "dqn torchrl"):
+        assert len(result["per_round"][name]) == 2, name
+        assert result[f"{name} us/step"] > 0, name
+    for name in ("ppo", "ppo torchrl", "dqn", "dqn torchrl"):
+        assert math.isfinite(result[f"{name} / plain"]) and result[f"{name} / plain"] > 0

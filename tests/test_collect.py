@@ -344,3 +344,147 @@ def test_worker_processes_sample_the_same_actions_in_two_runs():
         assert torch.equal(a, b)
     # the two workers do not share one stream of actions
     assert not torch.equal(one[0][0], one[0][1])
+
+
+# --- the lean rollout (accelrl.collectors.LeanCollector) against TorchRL's ------------------
+
+
+def acting_policies(game: str, kind: str):
+    """A recipe's collect policy on ``game``'s zero-cost (or real) simulators: PPO's one-pass
+    actor-critic module (the lean path runs its network directly) or DQN's Q-values with
+    scheduled epsilon-greedy (the lean path calls the TensorDict modules)."""
+    from accelrl.algos.dqn import DQN, DQNConfig
+    from accelrl.envs import describe_env
+
+    spec = describe_env(EnvConfig(game=game))
+    torch.manual_seed(0)
+    if kind == "ppo":
+        from accelrl.algos.ppo import PPO, PPOConfig
+
+        return PPO(make_actor_critic(**spec), PPOConfig(), torch.device("cpu")).collect_policy
+    cfg = DQNConfig(eps_start=0.5, eps_end=0.5)
+    return DQN(cfg, **spec, device=torch.device("cpu")).collect_policy
+
+
+def first_batches(
+    cls, game: str, kind: str, rows: int, steps: int, count: int, seed: int = 3, **env
+):
+    """``count`` batches of ``cls`` (TorchRL's ``Collector`` or ``LeanCollector``) from the same
+    seeds, and whether the lean path ran; ``env``: more ``EnvConfig`` settings."""
+    from accelrl.envs import make_env
+
+    policy = acting_policies(game, kind)
+    torch.manual_seed(seed)  # the action draws
+    env = make_env(EnvConfig(game=game, num_envs=rows, **env), seed=seed)
+    collector = cls(
+        env, policy, frames_per_batch=rows * steps, total_frames=-1, track_traj_ids=False
+    )
+    try:
+        batches = iter(collector)
+        return [next(batches).clone() for _ in range(count)], getattr(collector, "lean", None)
+    finally:
+        collector.shutdown()
+
+
+@pytest.mark.parametrize(
+    "game,kind,steps,env",
+    [
+        ("Null/CartPole", "ppo", 45, {}),  # episodes of 30-60 steps end within and across batches
+        ("Null/Atari", "ppo", 7, {}),
+        ("Null/CartPole", "dqn", 45, {}),
+        ("CartPole-v1", "ppo", 40, {}),  # the classic backend's final observations, derived
+        ("Breakout", "ppo", 60, {"fire_on_life_loss": True}),  # ale-py: lives, FIRE after a loss
+    ],
+)
+def test_lean_collector_batches_equal_torchrls(game, kind, steps, env):
+    """The lean rollout writes the batches TorchRL's ``Collector`` yields for the same seeds:
+    the same keys, dtypes, shapes, dim names and values (actions drawn from the same stream,
+    final observations at episode ends, roots reset in the same step, episode statistics)."""
+    from torchrl.collectors import Collector
+
+    from accelrl.collectors import LeanCollector
+
+    expected, _ = first_batches(Collector, game, kind, rows=4, steps=steps, count=3, **env)
+    found, lean = first_batches(LeanCollector, game, kind, rows=4, steps=steps, count=3, **env)
+    assert lean, "the lean rollout must run here, or this test compares TorchRL with itself"
+    ends = expected[1]["next", "done"] | expected[1]["next", "life_lost"]
+    assert ends.any(), "the batches must hold episode ends (Breakout: lost lives)"
+    for want, got in zip(expected, found, strict=True):
+        assert set(got.keys(True, True)) == set(want.keys(True, True))
+        assert got.names == want.names and got["next"].names == want["next"].names
+        for key in want.keys(True, True):
+            a, b = want.get(key), got.get(key)
+            assert a.dtype == b.dtype and a.shape == b.shape, key
+            assert torch.equal(a, b), key
+
+
+def test_lean_collector_keeps_batches_that_are_held_and_reuses_dropped_ones():
+    """A batch, a tensor of it or a view of it that the caller keeps is never written into by
+    later batches; a batch nobody holds gives its memory to the batch after next."""
+    from accelrl.collectors import LeanCollector
+    from accelrl.envs import make_env
+
+    env = make_env(EnvConfig(game="Null/CartPole", num_envs=4), seed=0)
+    policy = acting_policies("Null/CartPole", "ppo")
+    collector = LeanCollector(
+        env, policy, frames_per_batch=4 * 10, total_frames=-1, track_traj_ids=False
+    )
+    try:
+        batches = iter(collector)
+        next(batches)  # TorchRL's own first batch
+        assert collector.lean
+        kept = next(batches)
+        kept_copy = kept.clone()
+        tensor = next(batches).get(("next", "episode_return"))
+        tensor_copy = tensor.clone()
+        view = next(batches)["observation"][1:3]
+        view_copy = view.clone()
+        for _ in range(4):
+            next(batches)
+        assert (kept == kept_copy).all()
+        assert torch.equal(tensor, tensor_copy) and torch.equal(view, view_copy)
+        first = next(batches)["action"].data_ptr()
+        next(batches)
+        assert next(batches)["action"].data_ptr() == first, "dropped memory is reused"
+    finally:
+        collector.shutdown()
+
+
+def test_lean_collector_leaves_what_it_cannot_write_to_torchrl():
+    """A recurrent policy's env (transforms) and a compiled policy keep TorchRL's rollout."""
+    from accelrl.collectors import LeanCollector
+    from accelrl.envs import make_env, with_state
+
+    policy = acting_policies("Null/CartPole", "ppo")
+    env = make_env(EnvConfig(game="Null/CartPole", num_envs=2), seed=0)
+    state = make_env(EnvConfig(game="Null/CartPole", num_envs=2), seed=0).reset()
+    wrapped = with_state(env, state.select("score"))
+    collector = LeanCollector(wrapped, policy, frames_per_batch=4, total_frames=-1)
+    assert not collector.lean
+    collector.shutdown()
+    collector = LeanCollector(
+        make_env(EnvConfig(game="Null/CartPole", num_envs=2), seed=0),
+        policy,
+        frames_per_batch=4,
+        total_frames=8,
+    )
+    assert not collector.lean, "a collector with an end keeps TorchRL's frame counting"
+    assert [b.batch_size for b in collector] == [(2, 2), (2, 2)]
+    collector.shutdown()
+
+
+def test_final_observations_of_ended_rows_as_ale_py_gives_them():
+    """``AleVecEnv`` takes ended rows' final observations from ale-py's side array: the copy
+    and ``_final_rows`` equal the ``np.where`` they replaced."""
+    import numpy as np
+
+    from accelrl.envs.ale_vec import AleVecEnv
+
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 255, (5, 4, 8, 8), dtype=np.uint8)
+    final = rng.integers(0, 255, (5, 4, 8, 8), dtype=np.uint8)
+    ended = np.array([False, True, False, False, True])
+    info = {"final_obs": final}
+    want = np.where(ended[:, None, None, None], final, obs)
+    assert np.array_equal(AleVecEnv._final_obs(None, obs, ended, info), want)
+    assert np.array_equal(AleVecEnv._final_rows(None, obs, ended, info), want[ended])

@@ -326,3 +326,36 @@ def test_a_missing_private_api_fails_with_its_name(monkeypatch, name, test):
     monkeypatch.setattr(TensorDict, name, None)
     with pytest.raises(AssertionError, match=f"private tensordict.*TensorDict.{name} is gone"):
         test()
+
+
+def test_collector_carrier_is_the_root_it_acts_on_next():
+    from torchrl.collectors import Collector
+
+    user = "accelrl.collectors.LeanCollector (accelrl.compat.collector_carrier)"
+    env = make_env(EnvConfig(game="Null/CartPole", num_envs=2), seed=0)
+    policy = PPO(make_actor_critic("observation", (4,), 2), PPOConfig(), torch.device("cpu"))
+    collector = Collector(
+        env, policy.collect_policy, frames_per_batch=6, total_frames=-1, track_traj_ids=False
+    )
+    try:
+        batch = next(iter(collector))
+        root = compat.collector_carrier(collector)
+        assert isinstance(root, TensorDict) and root.batch_size == (2,), user
+        # The root after the batch's last step is that step's next observation (no episode
+        # ends in the first 3 steps of the zero-cost simulators).
+        assert torch.equal(root["observation"], batch["next", "observation"][:, -1]), user
+        assert not compat.collector_truncates_batches(collector), (
+            "TorchRL now marks every batch's last step truncated for accelrl's envs: "
+            f"LeanCollector would no longer write its batches; update {user}"
+        )
+    finally:
+        collector.shutdown()
+
+
+def test_storage_use_count_counts_views_of_a_tensor():
+    tensor = torch.zeros(4, 3)
+    alone = compat.storage_use_count(tensor)
+    view = tensor[1:]
+    assert compat.storage_use_count(tensor) == alone + 1
+    del view
+    assert compat.storage_use_count(tensor) == alone

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from accelrl.config import EnvConfig
 from accelrl.envs import UnknownGame, backend_for, backends, describe_env, frames_per_step
@@ -96,3 +97,39 @@ def test_atari_games_without_the_atari_extra_are_one_line_naming_it(monkeypatch,
         assert err[0].endswith('Atari games need the optional extra: pip install "accelrl[atari]"')
     finally:
         games.available_games.cache_clear()
+
+
+def test_zero_cost_simulators_follow_their_schedule():
+    """``Null/Atari`` and ``Null/CartPole`` (``accelrl.envs.null``): observations of the shape
+    and dtype named, episodes of 30, 40 or 60 steps by row, every fourth one truncated, reward
+    1 on every eighth step, through the batched env's usual keys."""
+    from accelrl.envs import make_env
+    from accelrl.envs.null import EPISODE_LENGTHS
+
+    for game, key, shape, dtype in [
+        ("Null/Atari", "pixels", (4, 84, 84), torch.uint8),
+        ("Null/CartPole", "observation", (4,), torch.float32),
+    ]:
+        assert describe_env(EnvConfig(game=game))["obs_shape"] == shape
+        env = make_env(EnvConfig(game=game, num_envs=3), seed=0)
+        root = env.reset()
+        assert root[key].shape == (3, *shape) and root[key].dtype == dtype
+        lengths, truncated, rewards = [], 0, 0.0
+        for _ in range(480):
+            root["action"] = torch.zeros(3, dtype=torch.int64)
+            step, root = env.step_and_maybe_reset(root)
+            nxt = step["next"]
+            done = nxt["done"].squeeze(-1)
+            lengths += nxt["episode_length"].squeeze(-1)[done].tolist()
+            truncated += int(nxt["truncated"].sum())
+            rewards += float(nxt["reward"].sum())
+        full = [n for n in lengths if n in EPISODE_LENGTHS]
+        assert len(full) >= len(lengths) - 3  # the first episode of a row starts mid-cycle
+        assert truncated and truncated < len(lengths) / 2
+        assert rewards == 3 * 480 / 8
+        env.close()
+
+
+def test_zero_cost_simulators_refuse_other_names():
+    with pytest.raises(ConfigError, match="zero-cost simulators are Null/Atari"):
+        validate_env(EnvConfig(game="Null/Pong"))

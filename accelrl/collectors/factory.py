@@ -23,6 +23,7 @@ from torchrl.envs import EnvBase
 
 from accelrl.collectors.alternating import AlternatingCollector
 from accelrl.collectors.batched import BatchedInferenceCollector
+from accelrl.collectors.lean import LeanCollector
 from accelrl.collectors.threads import ThreadPlan
 from accelrl.collectors.watchdog import WatchedCollector
 from accelrl.config import (
@@ -219,7 +220,9 @@ def _torchrl(
         # Feed-forward policies need no InitTracker; TorchRL warns about it regardless.
         warnings.simplefilter("ignore", FutureWarning)
         if collector_cfg.num_workers == 0:
-            return Collector(
+            # TorchRL's Collector with its rollout replaced where that is exact
+            # (``LeanCollector``: TorchRL's rollout cost several times a plain loop's step).
+            return LeanCollector(
                 sims.factory(0, in_worker=False)(),
                 policy,
                 # Nothing here reads ("collector", "traj_ids") (the replay and the episode

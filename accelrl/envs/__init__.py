@@ -24,7 +24,7 @@ from torchrl.envs import EnvBase, InitTracker, TensorDictPrimer, TransformedEnv
 from accelrl.config import EnvConfig
 
 # Each backend module registers itself on import.
-from accelrl.envs import ale_vec, classic, gym_atari, minatar_vec  # noqa: F401
+from accelrl.envs import ale_vec, classic, gym_atari, minatar_vec, null  # noqa: F401
 from accelrl.envs.backend import (
     EnvBackend,
     MissingExtra,

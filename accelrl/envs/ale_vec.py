@@ -108,7 +108,14 @@ class AleVecEnv(SameStepVectorEnv):
         return obs, reward, terminated, truncated, info["env_id"], info["lives"], info
 
     def _final_obs(self, obs, ended, info):
-        return np.where(ended[:, None, None, None], info["final_obs"], obs)
+        # A copy and the few ended rows: ``np.where`` over the whole stack took 7x as long
+        # (5.0 ms against 0.7 ms for 256 stacks; ``python -m benchmarks.acting_overhead``).
+        out = obs.copy()
+        out[ended] = info["final_obs"][ended]
+        return out
+
+    def _final_rows(self, obs, ended, info):
+        return info["final_obs"][ended]
 
 
 @register

@@ -152,6 +152,9 @@ class MinAtarVecEnv(SameStepVectorEnv):
         out[ended] = info["final_obs"]
         return out
 
+    def _final_rows(self, obs, ended, info):
+        return info["final_obs"]  # the ended rows' only, in row order
+
     def screen_rgb(self, row: int = 0) -> np.ndarray:
         """Simulator ``row``'s grid as RGB [160, 160, 3] uint8 in MinAtar's own colours (black,
         then seaborn's cubehelix palette, one colour per channel), as of the last reset or step

@@ -60,6 +60,9 @@ class SameStepVectorEnv(EnvBase):
         self._ep_return = np.zeros(num_envs, dtype=np.float32)
         self._ep_length = np.zeros(num_envs, dtype=np.int64)
         self._root: dict[str, torch.Tensor] | None = None
+        # What ``step_into`` leaves for ``complete_rollout`` (a dict: attribute assignment on a
+        # TorchRL env goes through nn.Module.__setattr__, microseconds a call).
+        self._stepped: dict[str, object] = {}
         b = self.batch_size
         flag = Categorical(2, shape=(*b, 1), dtype=torch.bool)
         self.observation_spec = Composite(
@@ -78,6 +81,12 @@ class SameStepVectorEnv(EnvBase):
         self.done_spec = Composite(
             done=flag.clone(), terminated=flag.clone(), truncated=flag.clone(), shape=b
         )
+
+    @property
+    def step_keys(self) -> tuple[str, ...]:
+        """The keys of a step's ``next`` data (the root's are the same but ``reward``)."""
+        return (self.obs_key, "reward", "score", "done", "terminated", "truncated",
+                "life_lost", "episode_return", "episode_length", "env_id")  # fmt: skip
 
     def close(self, *, raise_if_closed: bool = True) -> None:
         # Subclasses that step a vector env of their own keep it in ``_vec``.
@@ -181,22 +190,44 @@ class SameStepVectorEnv(EnvBase):
         """One batched step: the transition's ``next`` data and the root to act on next."""
         return self._complete(*self._raw_step(self._executed(action.numpy())))
 
-    def _complete(self, obs, score, terminated, truncated, env_ids, lives, info):
+    def _final_rows(self, obs: np.ndarray, ended: np.ndarray, info: dict) -> np.ndarray:
+        """The episodes' last observations of the ``ended`` rows only, ``[ended rows, ...]``;
+        backends whose simulators give them on the side override this cheaper default."""
+        return self._final_obs(obs, ended, info)[ended]
+
+    def _account(self, score, terminated, truncated, env_ids, lives):
+        """The step's episode bookkeeping (lives, running return and length, auto-reset of the
+        statistics): returns (rows, ended, life_lost, score, ep_return, ep_length), the
+        statistics as of this step (final on ended rows)."""
         # Synchronous mode returns every simulator in order: plain views instead of gathers.
         rows = slice(None) if self.rows == self.num_envs else env_ids
         ended = terminated | truncated
-        if lives is not None:
-            # After game over the simulator has started its next episode and its lives counter
-            # jumped up, so a life loss is a drop in lives within one episode.
-            life_lost = (lives < self._lives[rows]) & ~ended
-            self._lives[rows] = lives
-            if self.fire_action is not None:
-                self._fire_due[rows] = life_lost
-        else:
-            life_lost = np.zeros_like(ended)
+        life_lost = np.zeros_like(ended) if lives is None else self._life_lost(rows, lives, ended)
         score = score.astype(np.float32, copy=False)
         ep_return = self._ep_return[rows] + score
         ep_length = self._ep_length[rows] + 1
+        if ended.any():
+            self._ep_return[rows] = np.where(ended, 0.0, ep_return)
+            self._ep_length[rows] = np.where(ended, 0, ep_length)
+        else:
+            self._ep_return[rows] = ep_return
+            self._ep_length[rows] = ep_length
+        return rows, ended, life_lost, score, ep_return, ep_length
+
+    def _life_lost(self, rows, lives: np.ndarray, ended: np.ndarray) -> np.ndarray:
+        """Rows that lost a life this step (not at game over); notes FIRE due on them."""
+        # After game over the simulator has started its next episode and its lives counter
+        # jumped up, so a life loss is a drop in lives within one episode.
+        life_lost = (lives < self._lives[rows]) & ~ended
+        self._lives[rows] = lives
+        if self.fire_action is not None:
+            self._fire_due[rows] = life_lost
+        return life_lost
+
+    def _complete(self, obs, score, terminated, truncated, env_ids, lives, info):
+        _, ended, life_lost, score, ep_return, ep_length = self._account(
+            score, terminated, truncated, env_ids, lives
+        )
         any_ended = ended.any()
         next_obs = self._final_obs(obs, ended, info) if any_ended else obs
         col = (self.rows, 1)
@@ -219,8 +250,6 @@ class SameStepVectorEnv(EnvBase):
         # ``next`` tensors (no copies).
         root = {k: v for k, v in nxt.items() if k != "reward"}
         if any_ended:
-            self._ep_return[rows] = np.where(ended, 0.0, ep_return)
-            self._ep_length[rows] = np.where(ended, 0, ep_length)
             keep = torch.from_numpy(~ended).unsqueeze(-1)
             false = torch.zeros(col, dtype=torch.bool)
             root.update(
@@ -234,11 +263,78 @@ class SameStepVectorEnv(EnvBase):
                     "truncated": false,
                 }
             )
-        else:
-            self._ep_return[rows] = ep_return
-            self._ep_length[rows] = ep_length
         self._root = root
         return self._pack(nxt), self._pack(root)
+
+    def step_into(
+        self, action: torch.Tensor, nxt: dict[str, np.ndarray], root_obs: np.ndarray
+    ) -> np.ndarray:
+        """One batched step written into a batch the caller owns, without a TensorDict: ``nxt``
+        (arrays ``[rows, ...]``, flags and statistics ``[rows, 1]``) takes the transition's
+        observation, ``score``, ``terminated``, ``truncated``, ``life_lost`` (simulators with
+        lives), ``episode_return`` and ``episode_length`` as ``_advance`` returns them,
+        ``root_obs`` the root's observation; ``complete_rollout`` writes the other keys once
+        per batch. Synchronous envs only (every simulator, in row order). Returns the
+        simulators' observation array (the root's, for the policy's next forward pass), valid
+        until the next step. ``accelrl.collectors.LeanCollector`` writes its batches this
+        way."""
+        # ``_account``'s bookkeeping, written into the batch as it goes (every simulator, in
+        # order: ``LeanCollector`` steps only synchronous envs); ``env_id`` and a simulator
+        # without lives' ``life_lost`` follow once per batch in ``complete_rollout``.
+        obs, score, terminated, truncated, env_ids, lives, info = self._raw_step(
+            self._executed(action.numpy())
+        )
+        ended = terminated | truncated
+        score = score.astype(np.float32, copy=False)
+        ep_return, ep_length = nxt["episode_return"][:, 0], nxt["episode_length"][:, 0]
+        np.add(self._ep_return, score, out=ep_return)
+        np.add(self._ep_length, 1, out=ep_length)
+        np.copyto(nxt["score"][:, 0], score)
+        np.copyto(nxt["terminated"][:, 0], terminated)
+        np.copyto(nxt["truncated"][:, 0], truncated)
+        self._stepped["env_ids"], self._stepped["lives"] = env_ids, lives is not None
+        if lives is not None:
+            np.copyto(nxt["life_lost"][:, 0], self._life_lost(slice(None), lives, ended))
+        key = self.obs_key
+        np.copyto(nxt[key], obs)
+        np.copyto(root_obs, obs)
+        if ended.any():
+            nxt[key][ended] = self._final_rows(obs, ended, info)
+            self._ep_return[:] = np.where(ended, 0.0, ep_return)
+            self._ep_length[:] = np.where(ended, 0, ep_length)
+        else:
+            np.copyto(self._ep_return, ep_return)
+            np.copyto(self._ep_length, ep_length)
+        self._root = None  # the caller holds the root; a masked reset resets everything
+        return obs
+
+    def complete_rollout(
+        self, nxt: dict[str, np.ndarray], root: dict[str, np.ndarray], carry: dict[str, np.ndarray]
+    ) -> None:
+        """After ``step_into`` filled steps ``0..T-1`` of ``nxt`` (arrays ``[rows, T, ...]``)
+        and ``root[obs_key][:, 1:]``, with ``root[:, 0]`` the batch's first root: fill the
+        keys that follow from them as ``_advance`` computes them (``reward`` from the score,
+        ``done``, the roots' statistics, zeroed where an episode ended, and flags), and
+        ``carry`` (arrays ``[rows, ...]``) with the root after the last step, whose observation
+        the caller copies."""
+        if not self._stepped["lives"]:
+            nxt["life_lost"][...] = False
+        np.copyto(nxt["env_id"], self._stepped["env_ids"].reshape(-1, 1, 1), casting="unsafe")
+        if self.clip_rewards:
+            np.sign(nxt["score"], out=nxt["reward"])
+        else:
+            np.copyto(nxt["reward"], nxt["score"])
+        np.logical_or(nxt["terminated"], nxt["truncated"], out=nxt["done"])
+        keep = ~nxt["done"]
+        for key in ("score", "episode_return", "episode_length"):
+            np.multiply(nxt[key][:, :-1], keep[:, :-1], out=root[key][:, 1:])
+            np.multiply(nxt[key][:, -1], keep[:, -1], out=carry[key])
+        for key in ("life_lost", "env_id"):
+            np.copyto(root[key][:, 1:], nxt[key][:, :-1])
+            np.copyto(carry[key], nxt[key][:, -1])
+        for key in ("done", "terminated", "truncated"):
+            root[key][:, 1:] = False
+            carry[key][...] = False
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         return self._advance(tensordict.get("action"))[0]

@@ -1,0 +1,223 @@
+"""TorchRL's in-process ``Collector`` with a lean step path for accelrl's batched envs.
+
+Measured on zero-cost simulators (``python -m benchmarks.acting_overhead``), TorchRL's rollout
+cost 3-18x a plain loop's per-step time: a TensorDict per step from the env, the policy module's
+key handling, every step's TensorDict kept and stacked into its batch at the end (a second pass
+over every observation), and that batch cloned before it is yielded (a third pass, into fresh
+memory whose first touch costs more than the copy). ``LeanCollector`` keeps ``Collector``'s
+interface and everything else it does (construction, the first batch, policy weights,
+shutdown, every case it does not handle) and replaces the rollout where accelrl's recipes run
+it: the env writes each step straight into the batch's memory (``SameStepVectorEnv.step_into``),
+the policy's outputs go there too, and batches reuse memory nobody holds any more.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+from torchrl.collectors import Collector
+from torchrl.envs.utils import set_exploration_type
+
+from accelrl.compat import (
+    collector_carrier,
+    collector_truncates_batches,
+    new_tensordict_unchecked,
+    set_unchecked,
+    storage_use_count,
+)
+from accelrl.envs.vector import SameStepVectorEnv
+from accelrl.models import DirectTensorDictModule
+from accelrl.precision import full
+
+
+class _BatchMemory:
+    """One batch's tensors ``[rows, T, ...]`` by key path, with per-step views for the env
+    (numpy) and the policy; reused once nothing outside holds them."""
+
+    def __init__(
+        self,
+        like: TensorDictBase,
+        root_keys: list[str],
+        next_keys: list[str],
+        output_keys: list[str],
+    ) -> None:
+        rows, steps = like.batch_size
+        self.size, self.device = like.batch_size, like.device
+        self.leaves: dict[tuple[str, ...], torch.Tensor] = {}
+        for key, value in like.items(include_nested=True, leaves_only=True):
+            path = key if isinstance(key, tuple) else (key,)
+            self.leaves[path] = torch.empty_like(value, memory_format=torch.contiguous_format)
+        step = range(steps)
+        leaf = self.leaves
+        # numpy views for the env: whole arrays [rows, T, ...] and each step's [rows, ...].
+        self.root = {k: leaf[(k,)].numpy() for k in root_keys}
+        self.next = {k: leaf[("next", k)].numpy() for k in next_keys}
+        self.next_at = [{k: v[:, t] for k, v in self.next.items()} for t in step]
+        self.outputs = [{k: leaf[(k,)][:, t] for k in output_keys} for t in step]
+        # The policy's input at each step (the generic path): the root's keys, as views.
+        self.inputs = [
+            new_tensordict_unchecked(
+                {k: leaf[(k,)][:, t] for k in root_keys}, torch.Size([rows]), self.device
+            )
+            for t in step
+        ]
+        self._held: weakref.ref | None = None  # the last batch made of this memory
+        self._baseline = self._holders()
+
+    def _holders(self) -> list[tuple[int, int]]:
+        # Python references to each tensor (``batch.get(key)`` kept by a consumer) and views of
+        # its storage (slices, reshapes) show who still holds a batch made of it.
+        return [(sys.getrefcount(t), storage_use_count(t)) for t in self.leaves.values()]
+
+    def free(self) -> bool:
+        """True when the last batch made of this memory is gone and no tensor or view of its
+        memory is held beyond what this object holds itself."""
+        if self._held is not None and self._held() is not None:
+            return False
+        return all(
+            now[0] <= then[0] and now[1] <= then[1]
+            for now, then in zip(self._holders(), self._baseline, strict=True)
+        )
+
+    def batch(self) -> TensorDictBase:
+        """A new TensorDict over this memory, laid out as TorchRL's batches (keys a consumer
+        adds to it stay in that TensorDict)."""
+        self._baseline = self._holders()  # what this object holds, without any batch
+        root = {path[0]: t for path, t in self.leaves.items() if len(path) == 1}
+        nxt = {path[1]: t for path, t in self.leaves.items() if len(path) == 2}
+        root["next"] = new_tensordict_unchecked(nxt, self.size, self.device)
+        batch = new_tensordict_unchecked(root, self.size, self.device)
+        batch.names = [None, "time"]  # as TorchRL names its batches' dims
+        self._held = weakref.ref(batch)
+        return batch
+
+
+class LeanCollector(Collector):
+    """TorchRL's ``Collector``; after its first batch, a lean rollout where that is exact.
+
+    The lean rollout runs when the env is a ``SameStepVectorEnv`` stepping every simulator
+    together (no transforms: a recurrent policy's state travels through TorchRL's path), the
+    policy acts on the env's device without compilation, batches stay on the CPU, the collector
+    is endless and none of TorchRL's extras are asked for (replay buffer, trajectory ids,
+    splitting, post-processing, random frames, resets at each batch, hooks), and TorchRL's
+    first batch holds the env's keys and the policy's outputs only. Each step the policy acts
+    on the root (a ``DirectTensorDictModule`` reading one key runs its network directly), the
+    env steps into the batch's memory, and the next root is the batch's next time index. The
+    batches hold the same keys, values and layout as TorchRL's (``tests/test_collect.py``
+    compares the two). Each is a new TensorDict over one of the two newest memory sets, reused
+    when no batch, tensor or view of it is alive any more (``for batch in collector`` drops
+    batch k-1 while batch k+1 is collected), else over new memory.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._batch_memory: list[_BatchMemory] = []
+        self.lean = (
+            isinstance(self.env, SameStepVectorEnv)
+            and self.env.rows == self.env.num_envs
+            and not (self.compiled_policy or self.cudagraphed_policy)
+            and self.replay_buffer is None
+            and not (self.split_trajs or self.track_traj_ids or self.reset_at_each_iter)
+            and self.postproc is None
+            and self.pre_collect_hook is None
+            and self.post_collect_hook is None
+            and self.init_random_frames in (0, None)
+            and self.total_frames == float("inf")
+            and all(
+                device in (None, torch.device("cpu"))
+                for device in (self.env_device, self.policy_device, self.storing_device)
+            )
+            and self.env.device == torch.device("cpu")
+            and not collector_truncates_batches(self)
+        )
+
+    def iterator(self) -> Iterator[TensorDictBase]:
+        """TorchRL's batches; after the first, lean ones ``[rows, T]`` where that is exact."""
+        if not self.lean:
+            yield from super().iterator()
+            return
+        first = super().rollout().clone()  # TorchRL's first batch, as its iterator yields it
+        self.lean = self._plan(first, collector_carrier(self))
+        yield first
+        if not self.lean:
+            yield from super().iterator()
+            return
+        while True:
+            yield self._lean_rollout()
+
+    def _plan(self, batch: TensorDictBase, root: TensorDictBase) -> bool:
+        """Read the keys from TorchRL's first batch; False when the lean path cannot write
+        that batch (keys other than the env's and the policy's outputs)."""
+        env = self.env
+        root_keys = list(root.keys())
+        nested = [k for k in batch.keys() if isinstance(batch.get(k), TensorDictBase)]
+        output_keys = [k for k in batch.keys() if k not in root_keys and k != "next"]
+        step_keys = set(env.step_keys)
+        if (
+            nested != ["next"]
+            or set(batch.get("next").keys()) != step_keys
+            or set(root_keys) != step_keys - {"reward"}
+            or any(isinstance(batch.get(k), TensorDictBase) for k in batch.get("next").keys())
+            or "action" not in output_keys
+        ):
+            return False
+        policy = self.policy
+        self._direct = (
+            isinstance(policy, DirectTensorDictModule)
+            and list(policy.in_keys) == [env.obs_key]
+            and sorted(policy.out_keys) == sorted(output_keys)
+        )
+        if self._direct:
+            output_keys = list(policy.out_keys)  # in the order the network returns them
+        self._like, self._root_keys, self._output_keys = batch, root_keys, output_keys
+        self._carry = {k: root.get(k).numpy().copy() for k in root_keys}
+        return True
+
+    def _take_memory(self) -> _BatchMemory:
+        for memory in self._batch_memory:
+            if memory.free():
+                return memory
+        memory = _BatchMemory(
+            self._like, self._root_keys, list(self.env.step_keys), self._output_keys
+        )
+        # Keep the two newest sets: one a caller keeps stays the caller's alone.
+        self._batch_memory = [*self._batch_memory[-1:], memory]
+        return memory
+
+    @torch.no_grad()
+    def _lean_rollout(self) -> TensorDictBase:
+        env, policy, carry = self.env, self.policy, self._carry
+        obs_key, direct = env.obs_key, self._direct
+        memory = self._take_memory()
+        steps = len(memory.next_at)
+        for key, value in carry.items():
+            np.copyto(memory.root[key][:, 0], value)
+        obs = torch.from_numpy(carry[obs_key])
+        root_obs = memory.root[obs_key]
+        with set_exploration_type(self.exploration_type):
+            for t in range(steps):
+                outputs = memory.outputs[t]
+                if direct:
+                    out = policy.module(obs)
+                    out = out if isinstance(out, tuple) else (out,)
+                    acted = dict(zip(self._output_keys, out, strict=True))
+                    for key, value in acted.items():
+                        outputs[key].copy_(full(value))
+                else:
+                    td = memory.inputs[t]
+                    set_unchecked(td, obs_key, obs)
+                    td = policy(td)
+                    acted = {key: td.get(key) for key in outputs}
+                    for key, view in outputs.items():
+                        view.copy_(acted[key])
+                last = t + 1 == steps
+                into = carry[obs_key] if last else root_obs[:, t + 1]
+                # The policy's own (contiguous) action tensor, not the batch's strided view.
+                obs = torch.from_numpy(env.step_into(acted["action"], memory.next_at[t], into))
+        env.complete_rollout(memory.next, memory.root, carry)
+        return memory.batch()
