@@ -134,22 +134,25 @@ def test_q_loss_gradient_and_priorities_match_hand_computation(double, weighted)
     desync_target(dqn)
     td = fixed_batch(weight=weighted)
     weight = td["_weight"] if weighted else None
-    hand, hand_priority = hand_q_loss(dqn, td, double, weight)
+    # Importance weights as in Schaul et al. (2016): mean(w * loss), w already divided by
+    # max(w) by the replay (TorchRL's own weighted mean, sum(w l) / sum(w), is not that).
+    # Priorities are |TD error| (TorchRL writes it squared).
+    assert_objective_is(dqn, td, *hand_q_loss(dqn, td, double, weight))
+
+
+def assert_objective_is(dqn: DQN, td: TensorDict, hand: torch.Tensor, priority: torch.Tensor):
+    """``dqn.objective`` on ``td`` gives the loss ``hand``, its gradients and ``priority``."""
     params = list(network(dqn).parameters())
     hand.backward()
     expected_grads = grads(params)
     for p in params:
         p.grad = None
-
-    # Importance weights as in Schaul et al. (2016): mean(w * loss), w already divided by
-    # max(w) by the replay (TorchRL's own weighted mean, sum(w l) / sum(w), is not that).
-    loss, priority = dqn.objective(td.clone())
+    loss, got_priority = dqn.objective(td.clone())
     torch.testing.assert_close(loss, hand.detach(), **TIGHT)
     loss.backward()
     for got, want in zip(grads(params), expected_grads, strict=True):
         torch.testing.assert_close(got, want, **TIGHT)
-    # Priorities are |TD error| (TorchRL writes it squared).
-    torch.testing.assert_close(priority, hand_priority, **TIGHT)
+    torch.testing.assert_close(got_priority, priority, **TIGHT)
 
 
 def test_update_applies_one_adam_step_of_the_hand_gradient():
@@ -241,19 +244,7 @@ def test_c51_loss_gradient_and_priorities_match_hand_computation_in_float64(weig
     desync_target(dqn)
     td = c51_batch(weight=weighted)
     weight = td["_weight"] if weighted else None
-    params = list(network(dqn).parameters())
-    with float64():
-        hand, hand_priority = hand_c51_loss(dqn, td, weight)
-        hand.backward()
-        expected_grads = grads(params)
-        for p in params:
-            p.grad = None
-        loss, priority = dqn.objective(td.clone())
-    torch.testing.assert_close(loss, hand.detach(), **TIGHT)
-    loss.backward()
-    for got, want in zip(grads(params), expected_grads, strict=True):
-        torch.testing.assert_close(got, want, **TIGHT)
-    torch.testing.assert_close(priority, hand_priority, **TIGHT)
+    assert_objective_is(dqn, td, *hand_c51_loss(dqn, td, weight))
 
 
 def test_dueling_head_is_value_plus_centred_advantage():
