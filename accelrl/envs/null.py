@@ -33,7 +33,7 @@ from accelrl.envs.backend import (
     refuse_hide_velocities,
     register,
 )
-from accelrl.envs.vector import SameStepVectorEnv
+from accelrl.envs.vector import InfoFinalObsVectorEnv
 
 PREFIX = "Null/"
 SHAPES = {
@@ -55,7 +55,7 @@ def null_game(game: str) -> str | None:
     return next((name for name in SHAPES if name.lower() == rest), None)
 
 
-class NullVecEnv(SameStepVectorEnv):
+class NullVecEnv(InfoFinalObsVectorEnv):
     """``num_envs`` zero-cost simulators of ``game``'s observation shape (see the module)."""
 
     def __init__(self, game: str, num_envs: int, *, seed: int = 0) -> None:
@@ -107,15 +107,6 @@ class NullVecEnv(SameStepVectorEnv):
             None,
             self._info,
         )
-
-    def _final_obs(self, obs, ended, info):
-        # As ``AleVecEnv``'s: ale-py's vector env gives every row's final observation on the side.
-        out = obs.copy()
-        out[ended] = info["final_obs"][ended]
-        return out
-
-    def _final_rows(self, obs, ended, info):
-        return info["final_obs"][ended]
 
 
 @register

@@ -351,3 +351,18 @@ class SameStepVectorEnv(EnvBase):
         # Shapes and device hold by construction: skip ``set``'s validation.
         set_unchecked(tensordict, "next", next_td)
         return tensordict, root
+
+
+class InfoFinalObsVectorEnv(SameStepVectorEnv):
+    """A ``SameStepVectorEnv`` whose simulators give every row's final observation on the side,
+    in ``info["final_obs"]`` (ale-py's vector env; the zero-cost simulators)."""
+
+    def _final_obs(self, obs: np.ndarray, ended: np.ndarray, info: dict) -> np.ndarray:
+        # A copy and the few ended rows: ``np.where`` over the whole stack took 7x as long
+        # (5.0 ms against 0.7 ms for 256 stacks; ``python -m benchmarks.acting_overhead``).
+        out = obs.copy()
+        out[ended] = info["final_obs"][ended]
+        return out
+
+    def _final_rows(self, obs: np.ndarray, ended: np.ndarray, info: dict) -> np.ndarray:
+        return info["final_obs"][ended]
