@@ -1,5 +1,5 @@
 """The agent contract: what the run folder, evaluation, ``accelrl.play`` and ``accelrl.export``
-need of a learner, and the one registry of recipes.
+need of a learner.
 
 Every learner (``accelrl.algos``: ``PPO``, ``A2C``, ``DQN``; APPO is a ``PPO``) has:
 
@@ -19,13 +19,12 @@ Every learner (``accelrl.algos``: ``PPO``, ``A2C``, ``DQN``; APPO is a ``PPO``) 
 - ``initial_state(num_envs)``: the recurrent state a policy starts each episode from, or
   ``None`` for a feed-forward policy.
 
-A new algorithm is a learner with these members and a recipe module named in ``RECIPES``.
+A new algorithm is a learner with these members, registered with its config, checks and family
+(``accelrl.algos.registry.Algorithm``).
 """
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -44,27 +43,6 @@ class Agent(Protocol):
     def initial_state(self, num_envs: int) -> TensorDictBase | None: ...
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict) -> None: ...
-
-
-RECIPES: dict[str, str] = {
-    "ppo": "recipes.ppo_atari",
-    "a2c": "recipes.a2c_atari",
-    "appo": "recipes.appo_atari",
-    "dqn": "recipes.dqn_atari",
-}
-"""Algorithm name (the run folder's ``algo``, the checkpoint's component name) -> the recipe
-module that trains it and rebuilds its agent (``Config``, ``make_agent``, ``train``)."""
-
-
-class UnknownAlgorithm(ValueError):
-    """An algorithm name that no recipe trains."""
-
-
-def recipe_module(algo: str) -> ModuleType:
-    """The recipe module of ``algo`` (``RECIPES``); ``UnknownAlgorithm`` names the known ones."""
-    if algo not in RECIPES:
-        raise UnknownAlgorithm(f"algorithm {algo!r}: accelrl knows {', '.join(sorted(RECIPES))}")
-    return importlib.import_module(RECIPES[algo])
 
 
 def unique_parameters(modules: list[torch.nn.Module]) -> list[torch.nn.Parameter]:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import tyro
 
+from accelrl.config import mark_given
 from accelrl.errors import RunFailure
 from accelrl.run_folder import RunInterrupted
 from accelrl.run_record import dumps
@@ -108,25 +109,6 @@ def parse_flags(
     return mark_given(cfg, *flags_in(config_cls, argv))
 
 
-GIVEN = "_given_flags"
-"""The attribute of a parsed config that holds the flags its command line gave (not a field:
-``config.json`` and ``dataclasses.replace`` leave it out)."""
-
-
-def mark_given(cfg: C, *paths: str) -> C:
-    """``cfg``, marked as having ``paths`` (dotted field names such as ``dqn.lr``) given by the
-    user, which a preset then leaves alone (``recipes.dqn_atari.resolve``). ``parse_flags``
-    marks what its command line gave; from Python, name the fields you set."""
-    object.__setattr__(cfg, GIVEN, frozenset(paths))
-    return cfg
-
-
-def given_flags(cfg: Any) -> frozenset[str] | None:
-    """The dotted field names given for ``cfg`` (``mark_given``), or None for a config built in
-    Python without naming them: then a preset fills every field still at its default."""
-    return getattr(cfg, GIVEN, None)
-
-
 def flags_in(config_cls: type, argv: Sequence[str]) -> set[str]:
     """The dotted field names ``argv`` gives values to: ``--dqn.lr 1e-4``, ``--dqn.lr=1e-4``,
     ``--dqn.no-double`` (``dqn.double``), by name and not by value, so a flag given at its
@@ -176,8 +158,9 @@ def _tyro_reason(text: str) -> str:
 def validate_recipe_config(recipe: ModuleType, cfg: Any) -> None:
     """Run the recipe's checks without training; raises ``ConfigError``.
 
-    That is the recipe's ``validate(cfg)`` when it has one, else the checks every recipe shares
-    (``accelrl.validate.validate_common``).
+    That is its algorithm's (the module's ``ALGORITHM``, an ``accelrl.algos.registry.Algorithm``)
+    when it has one, else the checks every recipe shares (``accelrl.validate.validate_common``).
     """
-    validate = getattr(recipe, "validate", None) or validate_common
+    algorithm = getattr(recipe, "ALGORITHM", None)
+    validate = validate_common if algorithm is None else algorithm.validate
     validate(cfg)

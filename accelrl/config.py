@@ -308,4 +308,26 @@ __all__ = [
     "RunConfig",
     "ThreadsConfig",
     "field",
+    "given_flags",
+    "mark_given",
 ]
+
+
+GIVEN = "_given_flags"
+"""The attribute of a parsed config that holds the flags its command line gave (not a field:
+``config.json`` and ``dataclasses.replace`` leave it out)."""
+
+
+def mark_given(cfg: Any, *paths: str) -> Any:
+    """``cfg``, marked as having ``paths`` (dotted field names such as ``dqn.lr``) given by the
+    user, which a preset then leaves alone (``accelrl.algos.catalog.resolve_dqn``).
+    ``accelrl.cli.parse_flags`` marks what its command line gave; from Python, name the fields
+    you set."""
+    object.__setattr__(cfg, GIVEN, frozenset(paths))
+    return cfg
+
+
+def given_flags(cfg: Any) -> frozenset[str] | None:
+    """The dotted field names given for ``cfg`` (``mark_given``), or None for a config built in
+    Python without naming them: then a preset fills every field still at its default."""
+    return getattr(cfg, GIVEN, None)

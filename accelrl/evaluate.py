@@ -1,14 +1,20 @@
-"""Evaluation episodes with the current policy: greedy (most likely action) and sampled."""
+"""Episodes outside the learner: evaluation (greedy and sampled, many simulators at once), and
+one greedy episode into an MP4 (videos of a run and `accelrl.play`)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import random
 from collections.abc import Callable
-from typing import NamedTuple
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
+from torchrl.envs.utils import step_mdp
 
 from accelrl.config import EnvConfig
 from accelrl.envs import is_atari, make_env
@@ -96,3 +102,122 @@ def warn_if_capped(env_cfg: EnvConfig, greedy: Episodes, frames: int) -> None:
             "--log.eval-episodes 0 skips evaluation",
             frames, greedy.truncated, len(greedy.returns), env_cfg.max_episode_frames,
         )  # fmt: skip
+
+
+class VideoWriter:
+    """MP4 (H.264, yuv420p) through imageio-ffmpeg's bundled ffmpeg; written to a temp file and
+    renamed when closed, so the path holds a whole video or nothing."""
+
+    def __init__(self, path: str, fps: float) -> None:
+        self.path, self.fps = Path(path), fps
+        self.tmp = self.path.with_name(f".{self.path.stem}.tmp{self.path.suffix}")
+        self._writer = None
+        self.frames = 0
+
+    def add(self, rgb) -> None:
+        if self._writer is None:
+            import imageio_ffmpeg
+
+            height, width = rgb.shape[:2]
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = imageio_ffmpeg.write_frames(
+                str(self.tmp), (width, height), fps=self.fps, macro_block_size=2, quality=7
+            )
+            self._writer.send(None)
+        self._writer.send(rgb.tobytes())
+        self.frames += 1
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            os.replace(self.tmp, self.path)
+
+
+@dataclass
+class Episode:
+    score: float
+    """Unclipped game score (the sum of the env's ``score``)."""
+    steps: int
+    truncated: bool
+    """Ended by the episode cap (or ``max_steps``), not by the game."""
+
+
+def play_env(backend: Any, env_cfg: Any, seed: int, state: TensorDictBase | None) -> Any:
+    """The backend's ``play_env``, carrying a recurrent policy's ``state`` when there is one
+    (``accelrl.envs.with_state``: from zeros at each episode's start)."""
+    env = backend.play_env(env_cfg, seed)
+    if state is None:
+        return env
+    from accelrl.envs import with_state
+
+    return with_state(env, state)
+
+
+@torch.no_grad()
+def play_episode(
+    env,
+    policy: torch.nn.Module,
+    device: torch.device,
+    *,
+    epsilon: float = 0.0,
+    rng: random.Random | None = None,
+    on_step=None,
+    max_steps: int | None = None,
+) -> Episode:
+    """One episode from a reset of ``env`` (unbatched, or batched with one simulator), acting
+    with ``policy`` under the current interaction type; ``on_step()`` is called after the reset
+    and after every step (e.g. to grab the screen). ``max_steps`` stops a longer episode early."""
+    unbatched = env.batch_size == torch.Size([])
+    num_actions = int(env.action_spec.space.n)
+    rng = rng or random.Random(0)
+    td = env.reset()
+    if on_step is not None:
+        on_step()
+    steps = 0
+    while True:
+        batch = td.unsqueeze(0) if unbatched else td
+        out = policy(batch.to(device)).cpu()
+        action = out.get("action")
+        if epsilon > 0 and rng.random() < epsilon:
+            action = torch.full_like(action, rng.randrange(num_actions))
+        td.set("action", action.squeeze(0) if unbatched else action)
+        if "next" in out.keys():
+            # A recurrent policy's next state (``accelrl.envs.with_state``): ``step_mdp``
+            # carries it to the next step's input.
+            nxt = out.get("next")
+            td.set("next", nxt.squeeze(0) if unbatched else nxt)
+        td = env.step(td)
+        steps += 1
+        if on_step is not None:
+            on_step()
+        nxt = td.get("next")
+        if bool(nxt.get("done").any()) or (max_steps is not None and steps >= max_steps):
+            return Episode(
+                score=float(nxt.get("episode_return").reshape(-1)[0]),
+                steps=int(nxt.get("episode_length").reshape(-1)[0]),
+                truncated=bool(nxt.get("truncated").any()) or not bool(nxt.get("done").any()),
+            )
+        td = step_mdp(td)
+
+
+def record_video(
+    env_cfg, policy: torch.nn.Module, path: str | Path, *, seed: int, device: torch.device,
+    max_steps: int | None = None, state: TensorDictBase | None = None,
+) -> Episode:  # fmt: skip
+    """Play one greedy episode (or its first ``max_steps`` steps) into an MP4 of the screen the
+    env backend renders; what training runs record with ``--log.video-every-frames``.
+    ``state``: a recurrent policy's (``accelrl.loops.start.acting_state``)."""
+    from accelrl.envs import backend_for
+
+    backend = backend_for(env_cfg)
+    env = play_env(backend, env_cfg, seed, state)
+    video = VideoWriter(str(path), fps=backend.video_fps(env_cfg))
+    try:
+        with set_interaction_type(InteractionType.DETERMINISTIC):
+            return play_episode(
+                env, policy, device, on_step=lambda: video.add(backend.screen(env)),
+                max_steps=max_steps,
+            )  # fmt: skip
+    finally:
+        env.close()
+        video.close()

@@ -23,7 +23,6 @@ samples an actor-critic's policy instead.
 from __future__ import annotations
 
 import math
-import os
 import random
 import sys
 from dataclasses import dataclass
@@ -32,13 +31,15 @@ from typing import Annotated, Any
 
 import torch
 import tyro
-from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, set_interaction_type
-from torchrl.envs.utils import step_mdp
 
-from accelrl.agent import Agent, UnknownAlgorithm, recipe_module
+from accelrl.agent import Agent
+from accelrl.algos.catalog import algorithm
+from accelrl.algos.registry import UnknownAlgorithm
 from accelrl.checkpoint import CheckpointError, load_checkpoint, load_latest
 from accelrl.config import from_dict, resolve_device
+from accelrl.evaluate import Episode, VideoWriter, play_env, play_episode
+from accelrl.loops.start import acting_state
 from accelrl.run_record import CONFIG_NAME, DamagedRecord, current_config, read_config
 from accelrl.validate import check_device
 
@@ -102,10 +103,10 @@ def load_agent(cfg: PlayConfig) -> LoadedAgent:
         raise PlayError(f"{err}: repair it by hand") from None
     algo = saved.get("algo")
     try:
-        recipe = recipe_module(algo)
+        record = algorithm(algo)
     except UnknownAlgorithm as err:
         raise PlayError(f"{config_path} names {err}") from None
-    run_cfg = from_dict(recipe.Config, config)
+    run_cfg = from_dict(record.config, config)
     device_name = resolve_device(cfg.device)
     try:
         check_device("device", device_name)
@@ -133,130 +134,11 @@ def load_agent(cfg: PlayConfig) -> LoadedAgent:
         env_spec = describe_env(run_cfg.env)
     except MissingExtra as err:
         raise PlayError(str(err)) from None
-    agent = recipe.make_agent(run_cfg, env_spec, device)
+    agent = record.make_agent(run_cfg, env_spec, device)
     agent.load_state_dict(state["components"][algo])
     policy = agent.eval_policy  # greedy, or sampled under --sample (accelrl.agent)
     policy.eval()
     return LoadedAgent(run_cfg, agent, policy, path, device)
-
-
-class VideoWriter:
-    """MP4 (H.264, yuv420p) through imageio-ffmpeg's bundled ffmpeg; written to a temp file and
-    renamed when closed, so the path holds a whole video or nothing."""
-
-    def __init__(self, path: str, fps: float) -> None:
-        self.path, self.fps = Path(path), fps
-        self.tmp = self.path.with_name(f".{self.path.stem}.tmp{self.path.suffix}")
-        self._writer = None
-        self.frames = 0
-
-    def add(self, rgb) -> None:
-        if self._writer is None:
-            import imageio_ffmpeg
-
-            height, width = rgb.shape[:2]
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._writer = imageio_ffmpeg.write_frames(
-                str(self.tmp), (width, height), fps=self.fps, macro_block_size=2, quality=7
-            )
-            self._writer.send(None)
-        self._writer.send(rgb.tobytes())
-        self.frames += 1
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            os.replace(self.tmp, self.path)
-
-
-@dataclass
-class Episode:
-    score: float
-    """Unclipped game score (the sum of the env's ``score``)."""
-    steps: int
-    truncated: bool
-    """Ended by the episode cap (or ``max_steps``), not by the game."""
-
-
-def play_env(backend: Any, env_cfg: Any, seed: int, state: TensorDictBase | None) -> Any:
-    """The backend's ``play_env``, carrying a recurrent policy's ``state`` when there is one
-    (``accelrl.envs.with_state``: from zeros at each episode's start)."""
-    env = backend.play_env(env_cfg, seed)
-    if state is None:
-        return env
-    from accelrl.envs import with_state
-
-    return with_state(env, state)
-
-
-@torch.no_grad()
-def play_episode(
-    env,
-    policy: torch.nn.Module,
-    device: torch.device,
-    *,
-    epsilon: float = 0.0,
-    rng: random.Random | None = None,
-    on_step=None,
-    max_steps: int | None = None,
-) -> Episode:
-    """One episode from a reset of ``env`` (unbatched, or batched with one simulator), acting
-    with ``policy`` under the current interaction type; ``on_step()`` is called after the reset
-    and after every step (e.g. to grab the screen). ``max_steps`` stops a longer episode early."""
-    unbatched = env.batch_size == torch.Size([])
-    num_actions = int(env.action_spec.space.n)
-    rng = rng or random.Random(0)
-    td = env.reset()
-    if on_step is not None:
-        on_step()
-    steps = 0
-    while True:
-        batch = td.unsqueeze(0) if unbatched else td
-        out = policy(batch.to(device)).cpu()
-        action = out.get("action")
-        if epsilon > 0 and rng.random() < epsilon:
-            action = torch.full_like(action, rng.randrange(num_actions))
-        td.set("action", action.squeeze(0) if unbatched else action)
-        if "next" in out.keys():
-            # A recurrent policy's next state (``accelrl.envs.with_state``): ``step_mdp``
-            # carries it to the next step's input.
-            nxt = out.get("next")
-            td.set("next", nxt.squeeze(0) if unbatched else nxt)
-        td = env.step(td)
-        steps += 1
-        if on_step is not None:
-            on_step()
-        nxt = td.get("next")
-        if bool(nxt.get("done").any()) or (max_steps is not None and steps >= max_steps):
-            return Episode(
-                score=float(nxt.get("episode_return").reshape(-1)[0]),
-                steps=int(nxt.get("episode_length").reshape(-1)[0]),
-                truncated=bool(nxt.get("truncated").any()) or not bool(nxt.get("done").any()),
-            )
-        td = step_mdp(td)
-
-
-def record_video(
-    env_cfg, policy: torch.nn.Module, path: str | Path, *, seed: int, device: torch.device,
-    max_steps: int | None = None, state: TensorDictBase | None = None,
-) -> Episode:  # fmt: skip
-    """Play one greedy episode (or its first ``max_steps`` steps) into an MP4 of the screen the
-    env backend renders; what training runs record with ``--log.video-every-frames``.
-    ``state``: a recurrent policy's (``Agent.initial_state(1)``)."""
-    from accelrl.envs import backend_for
-
-    backend = backend_for(env_cfg)
-    env = play_env(backend, env_cfg, seed, state)
-    video = VideoWriter(str(path), fps=backend.video_fps(env_cfg))
-    try:
-        with set_interaction_type(InteractionType.DETERMINISTIC):
-            return play_episode(
-                env, policy, device, on_step=lambda: video.add(backend.screen(env)),
-                max_steps=max_steps,
-            )  # fmt: skip
-    finally:
-        env.close()
-        video.close()
 
 
 @torch.no_grad()
@@ -276,7 +158,7 @@ def play(cfg: PlayConfig) -> dict[str, Any]:
             f"--video records game screens, and {run_cfg.env.game} (backend {backend.name}) "
             "has none"
         )
-    env = play_env(backend, run_cfg.env, cfg.seed, loaded.agent.initial_state(1))
+    env = play_env(backend, run_cfg.env, cfg.seed, acting_state(loaded.agent))
     rng = random.Random(cfg.seed)
     video = VideoWriter(cfg.video, fps=backend.video_fps(run_cfg.env)) if cfg.video else None
     mode = "sampled" if cfg.sample else "greedy"

@@ -41,8 +41,7 @@ from accelrl.checkpoint import (
 from accelrl.config import to_dict
 from accelrl.envs import frames_per_step
 from accelrl.errors import RunFailure
-from accelrl.evaluate import evaluate, warn_if_capped
-from accelrl.play import record_video
+from accelrl.evaluate import evaluate, record_video, warn_if_capped
 from accelrl.process import Process
 from accelrl.progress import Every, Progress
 from accelrl.run_lock import FolderLock
@@ -168,6 +167,7 @@ class RunFolder:
         if refusal is not None:
             raise ConfigError(*refusal)
         self.agent: Agent | None = None
+        self.acting_state: TensorDictBase | None = None
         self.components: dict[str, Stateful] = {}
         self.due: dict[str, Every] = {}
         self.logger: RunLogger | NullLogger = NullLogger()
@@ -176,13 +176,18 @@ class RunFolder:
 
     # ----- start ----------------------------------------------------------------------------
 
-    def restore(self, agent: Agent, **extra: Stateful) -> Progress:
+    def restore(
+        self, agent: Agent, acting_state: TensorDictBase | None = None, **extra: Stateful
+    ) -> Progress:
         """Register what checkpoints hold (the agent, under the algorithm's name, and ``extra``
-        state such as a replay on disk); evaluations and videos run ``agent.eval_policy``. With
+        state such as a replay on disk); evaluations and videos run ``agent.eval_policy`` from
+        ``acting_state`` (a recurrent policy's state at an episode's start, handed out by the
+        loop: ``accelrl.loops.start.acting_state``; None: feed-forward). With
         ``--resume`` load it all back from the latest good checkpoint; every rank then holds
         rank 0's weights. Returns the run's ``Progress`` (frames, updates)."""
         cfg = self.cfg
         self.agent, self.components = agent, {self.algo: agent, **extra}
+        self.acting_state = acting_state
         components = self.components
         frames = updates = 0
         state: dict[str, Any] = {}
@@ -281,7 +286,7 @@ class RunFolder:
                 seed=self.cfg.seed + 10_000_019 + frames,
                 device=self.proc.device,
                 on_step=None if tick is None else lambda ended: tick(per_step, ended),
-                state=self.agent.initial_state(1),
+                state=self.acting_state,
             )
         warn_if_capped(env, greedy, frames)
         self.logger.eval(frames, result)
@@ -295,7 +300,7 @@ class RunFolder:
         episode = record_video(self.cfg.env, self.agent.eval_policy, path,
                                seed=self.cfg.seed + 20_000_033 + frames, device=self.proc.device,
                                max_steps=self.cfg.log.video_max_steps,
-                               state=self.agent.initial_state(1))  # fmt: skip
+                               state=self.acting_state)  # fmt: skip
         self.logger.video(frames, path)
         log.info("video %s: score %g in %d steps", path, episode.score, episode.steps)
         return path

@@ -27,6 +27,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from accelrl.algos.registry import learned_sections
+
 FOLDER_FORMAT = 1
 """Version of the run folder's layout. Raise it when a folder written by this code can no
 longer be resumed by older code; older code refuses newer folders. Folders without the field
@@ -37,7 +39,9 @@ CHANGES_NAME = "config_changes.jsonl"
 
 LEARNED, ACCEPTED, NOT_RECORDED = "learned", "accepted", "not recorded"
 
-LEARNED_SECTIONS = frozenset({"env", "model", "ppo", "appo", "a2c", "dqn"})
+LEARNED_SECTIONS = frozenset({"env", "model"})
+"""Sections learned whole besides each registered algorithm's own
+(``accelrl.algos.registry.learned_sections``)."""
 
 _LOG = (
     "progress tensorboard trackers project eval_every_frames eval_episodes video_every_frames "
@@ -103,7 +107,8 @@ def classify(key: str) -> str | None:
     table does not know it (the caller treats it as ``LEARNED``)."""
     if key in RESUME_CHANGES:
         return RESUME_CHANGES[key]
-    if key.split(".", 1)[0] in LEARNED_SECTIONS:
+    section = key.split(".", 1)[0]
+    if section in LEARNED_SECTIONS or section in learned_sections():
         return LEARNED
     return None
 

@@ -67,12 +67,12 @@ def atari_config(
 ) -> Any:
     """The recipe's ``Config`` that ``--impl accelrl`` runs with: ``atari_recipe_args`` parsed by
     the recipe's own flag parser (DQN presets applied). The plain loop reads its settings here."""
-    from accelrl.agent import recipe_module
+    from accelrl.algos.catalog import algorithm
     from accelrl.cli import parse_flags
 
-    recipe = recipe_module(algo)
-    cfg = parse_flags(recipe.Config, atari_recipe_args(algo, game, frames, seed, run_dir, extra))
-    return recipe.resolve(cfg) if algo == "dqn" else cfg
+    record = algorithm(algo)
+    cfg = parse_flags(record.config, atari_recipe_args(algo, game, frames, seed, run_dir, extra))
+    return record.resolve(cfg)
 
 
 class EpisodeFiles:
@@ -172,15 +172,16 @@ def run_plain_atari(
 
 def run_accelrl_atari(algo: str, game: str, frames: int, seed: int, run_dir: Path,
                       resume: bool, extra: Sequence[str] = ()) -> None:  # fmt: skip
-    from accelrl.agent import recipe_module
+    from accelrl import loops
+    from accelrl.algos.catalog import algorithm
     from accelrl.cli import run_recipe
 
-    recipe = recipe_module(algo)
+    record = algorithm(algo)
 
     argv = atari_recipe_args(algo, game, frames, seed, str(run_dir), extra)
     if resume:
         argv.append("--resume")
-    run_recipe(recipe.Config, recipe.train, description=recipe.__doc__, argv=argv)
+    run_recipe(record.config, lambda cfg: loops.train(cfg, record), description=algo, argv=argv)
 
 
 # --- comparison -------------------------------------------------------------------------------

@@ -31,7 +31,9 @@ from typing import Any
 
 import torch
 
-from reference.cartpole_presets import KINDS, RECIPES, cartpole_config
+from accelrl import loops
+from accelrl.algos.catalog import algorithm
+from reference.cartpole_presets import KINDS, cartpole_config
 from reference.classic import plain_a2c, plain_dqn, plain_ppo
 
 PLAIN_LOOPS = {"dqn": plain_dqn, "ppo": plain_ppo, "a2c": plain_a2c}
@@ -50,12 +52,12 @@ def run_plain(
 
 
 def run_recipe(algo: str, cfg: Any) -> dict:
-    train = RECIPES[KINDS[algo]].train
+    record = algorithm(KINDS[algo])
     with tempfile.TemporaryDirectory(prefix=f"cartpole-{algo}-s{cfg.seed}-") as tmp:
         cfg = copy.deepcopy(cfg)
         cfg.run_dir = str(Path(tmp) / "run")
         start = time.perf_counter()
-        summary = train(cfg)
+        summary = loops.train(cfg, record)
         seconds = time.perf_counter() - start
         with open(Path(tmp) / "run" / "episodes.csv") as fh:
             curve = [(int(r["frames"]), float(r["return"])) for r in csv.DictReader(fh)]

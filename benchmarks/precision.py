@@ -117,7 +117,7 @@ def ppo_steppers(args: argparse.Namespace) -> dict[str, Callable[[], Any]]:
         cfg = config(ppo_atari, learner, cl, compiled)
         cfg.ppo.epochs, cfg.ppo.minibatches = 1, 4
         torch.manual_seed(0)
-        agent = ppo_atari.make_agent(cfg, FRAMES, device)
+        agent = ppo_atari.ALGORITHM.make_agent(cfg, FRAMES, device)
         if not fused:
             agent.optimizer = torch.optim.Adam(agent.params, lr=cfg.ppo.lr, foreach=True)
         steppers[name] = lambda a=agent: a.update(batch.clone(), progress=0.0)
@@ -134,7 +134,7 @@ def agents(module: Any, device: str) -> dict[str, Any]:
     for name, (chosen, channels_last) in VARIANTS.items():
         torch.manual_seed(0)
         cfg = config(module, chosen, channels_last)
-        out[name] = module.make_agent(cfg, FRAMES, torch.device(device))
+        out[name] = module.ALGORITHM.make_agent(cfg, FRAMES, torch.device(device))
     return out
 
 

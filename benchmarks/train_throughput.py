@@ -140,7 +140,7 @@ def make_config(
         if quick and spec.preset == "dqn-512":
             # 16 instead of 64 simulators: starting 64 emulators takes ~15 s on 2 cores.
             cfg.env.num_envs, cfg.collector.steps_per_batch = 16, 64
-        cfg = mod.resolve(cfg)
+        cfg = mod.ALGORITHM.resolve(cfg)
         algo = cfg.dqn
         # Learning starts after the first batch: every later iteration updates.
         algo.learning_starts_frames = cfg.collector.steps_per_batch * cfg.env.frameskip

@@ -22,24 +22,24 @@ import torch
 import tyro
 
 from accelrl.config import cpu_count
-from recipes import dqn_atari
+from accelrl.algos.catalog import algorithm
 from reference import atari, classic
 from reference.atari import steady_fps
 from reference.atari_actor_critic import plain_a2c, plain_ppo
 from reference.atari_dqn import plain_dqn
-from reference.cartpole_presets import KINDS, RECIPES, cartpole_config
+from reference.cartpole_presets import KINDS, cartpole_config
 
 
 def recipe_config(algo: str, game: str) -> Any:
     """The recipe's default ``Config`` for ``game`` (resolved for DQN), with DQN learning from
     the first batch in a 50k-transition replay (the command line's short runs)."""
-    recipe = RECIPES[algo]
-    cfg = recipe.Config()
+    record = algorithm(algo)
+    cfg = record.config()
     cfg.env.game = game
     if algo == "dqn":
         cfg.dqn.learning_starts_frames = 0
         cfg.dqn.replay_capacity = 50_000
-        cfg = recipe.resolve(cfg)
+        cfg = record.resolve(cfg)
     return cfg
 
 
@@ -79,7 +79,7 @@ def cartpole_main(argv: list[str]) -> None:
     cfg = cartpole_config(args.algo)
     cfg = tyro.cli(type(cfg), default=cfg, args=rest, prog=f"reference cartpole {args.algo}")
     if kind == "dqn":
-        cfg = dqn_atari.resolve(cfg)
+        cfg = algorithm("dqn").resolve(cfg)
     torch.set_num_threads(1)
     loop = {"dqn": classic.plain_dqn, "ppo": classic.plain_ppo, "a2c": classic.plain_a2c}[kind]
     out = loop(cfg)

@@ -30,7 +30,7 @@ and reads its hyperparameters there, so one config drives the recipe and its pla
 simulators and preprocessing from ``cfg.env``, the batch from ``cfg.collector.steps_per_batch``
 (over ``accelrl.config.rows_per_batch`` simulators), the algorithm's section (``cfg.ppo``, or
 ``cfg.appo`` with ``section="appo"``; ``cfg.a2c``; ``cfg.dqn``, resolved first by
-``recipes.dqn_atari.resolve``, which applies presets), ``cfg.total_frames`` (annealing) and
+``accelrl.algos.catalog.resolve_dqn``, which applies presets), ``cfg.total_frames`` (annealing) and
 ``cfg.seed``. A renamed field fails here with ``AttributeError``; a setting the loop does not
 implement (``life_loss_boundary=False``, APPO's V-trace, DQN's Polyak ``tau``) raises
 ``ValueError``. Only what has no recipe counterpart is a parameter: ``iterations`` (stop

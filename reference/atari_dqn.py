@@ -114,7 +114,7 @@ def plain_dqn(
     checkpoint: Checkpoint | None = None,
 ) -> list[Record]:
     """The DQN family with ``cfg``'s settings (``cfg.dqn``, presets already applied by
-    ``recipes.dqn_atari.resolve``) for ``iterations`` batches (default: until
+    ``accelrl.algos.catalog.resolve_dqn``) for ``iterations`` batches (default: until
     ``cfg.total_frames``; a resumed ``checkpoint`` counts the batches it has done and brings
     back the target network, the replay, the update count and numpy's RNG)."""
     s = cfg.dqn

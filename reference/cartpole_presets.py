@@ -12,7 +12,7 @@ from typing import Any
 from accelrl.algos.a2c import A2CConfig
 from accelrl.algos.dqn import DQNConfig
 from accelrl.algos.ppo import APPOConfig, PPOConfig
-from recipes import a2c_atari, dqn_atari, ppo_atari
+from accelrl.algos.catalog import algorithm
 
 ENV_ID = "CartPole-v1"
 NUM_ENVS = 8
@@ -27,10 +27,8 @@ KINDS: dict[str, str] = {
     "c51": "dqn",
     "rainbow": "dqn",
 }
-"""algo name -> kind: the recipe ``recipes/<kind>_atari.py`` and the plain loop
+"""algo name -> kind: the registered algorithm (``accelrl.algos.catalog``) and the plain loop
 ``reference.classic.plain_<kind>``."""
-
-RECIPES = {"ppo": ppo_atari, "a2c": a2c_atari, "dqn": dqn_atari}
 
 DQN_CARTPOLE = dict(
     lr=2.3e-3, adam_eps=1e-8, max_grad_norm=10.0, gamma=0.99,
@@ -116,7 +114,7 @@ def cartpole_config(
     recipe and the plain loop both run with in the parity table (a tenth of the budget with
     ``quick``), on the CPU with ``threads`` torch threads, no progress line, no TensorBoard and
     only the final checkpoint. Fields not set here keep the recipe's defaults."""
-    cfg = use_cartpole(RECIPES[KINDS[algo]].Config(), algo)
+    cfg = use_cartpole(algorithm(KINDS[algo]).config(), algo)
     if quick:
         cfg.total_frames //= 10
     cfg.seed = seed

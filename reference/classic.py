@@ -304,7 +304,7 @@ def plain_dqn(
     cfg: DQNRecipeConfig, epsilon_per_batch: bool = False, fused_adam: bool = False
 ) -> dict:
     """The DQN family with ``cfg``'s settings (``cfg.dqn``, presets already applied by
-    ``recipes.dqn_atari.resolve``): ``learning_starts_frames``, ``eps_decay_frames`` and
+    ``accelrl.algos.catalog.resolve_dqn``): ``learning_starts_frames``, ``eps_decay_frames`` and
     ``total_frames`` count agent steps here. Epsilon decays every step, as in the recipe since
     2026-12-01; with ``epsilon_per_batch`` it is set once per collected batch, as the recipe's
     collector did before. Adam is ``torch.optim.Adam``'s default (foreach) kernel; with

@@ -9,7 +9,7 @@ from accelrl.algos.a2c import A2C, A2CConfig
 from accelrl.config import EnvConfig
 from accelrl.envs import make_env
 from accelrl.models import make_actor_critic
-from recipes.a2c_atari import Config, make_agent, train
+from recipes.a2c_atari import ALGORITHM, Config, train
 from reference.atari_actor_critic import a2c_loss
 from tests import bf16_parity, plain_parity
 from tests.helpers import cartpole_recipe_config, count_batches, print_cartpole_result
@@ -79,7 +79,7 @@ def test_an_atari_update_matches_the_plain_loop_on_the_same_batch():
     the same weights after the optimizer step. Both run in float64 (tests/plain_parity.py)."""
     torch.manual_seed(0)
     cfg = Config()
-    a2c, batch, plain, ours = plain_parity.recipe_and_plain(make_agent, cfg, steps=6)
+    a2c, batch, plain, ours = plain_parity.recipe_and_plain(ALGORITHM.make_agent, cfg, steps=6)
     a = cfg.a2c
     obs, actions, _, _, returns, _ = plain_parity.plain_view(batch, plain, a)
     a2c_loss(plain, obs, actions, returns, a).backward()
@@ -105,7 +105,7 @@ def test_a_bf16_update_matches_the_plain_loop_within_bf16_rounding():
     torch.manual_seed(0)
     cfg = Config()
     cfg.precision.learner = "bf16"
-    a2c, batch, wide, plain, ours = bf16_parity.recipe_and_plain(make_agent, cfg, steps=6)
+    a2c, batch, wide, plain, ours = bf16_parity.recipe_and_plain(ALGORITHM.make_agent, cfg, steps=6)
     bf16_parity.check_forward(a2c, batch, plain)
     a = cfg.a2c
     obs, actions, _, _, returns, _ = plain_parity.plain_view(wide, plain, a)

@@ -1,14 +1,19 @@
-"""The agent contract (``accelrl.agent``): every recipe's learner provides it, the registry names
-every recipe once, and what the run folder and export read of an agent is complete."""
+"""The agent contract (``accelrl.agent``): every registered algorithm's learner provides it, the
+registry holds each algorithm once under its own name, and what the run folder and export read
+of an agent is complete."""
 
 from __future__ import annotations
+
+import importlib
 
 import pytest
 import torch
 from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 
-from accelrl.agent import RECIPES, Agent, UnknownAlgorithm, recipe_module, unique_parameters
+from accelrl.agent import Agent, unique_parameters
+from accelrl.algos.catalog import algorithm
+from accelrl.algos.registry import ALGORITHMS, UnknownAlgorithm
 from accelrl.envs import describe_env
 
 CASES = [
@@ -21,23 +26,29 @@ CASES = [
 
 
 def build(algo: str, game: str):
-    recipe = recipe_module(algo)
-    cfg = recipe.Config()
+    record = algorithm(algo)
+    cfg = record.config()
     cfg.env.game = game
     if algo == "dqn" and game.startswith("MinAtar"):
         cfg.dqn.distributional = True
     spec = describe_env(cfg.env)
     torch.manual_seed(0)
-    return recipe.make_agent(cfg, spec, torch.device("cpu")), spec
+    return record.make_agent(cfg, spec, torch.device("cpu")), spec
 
 
-def test_the_registry_names_each_recipe_by_its_own_algorithm_name():
+RECIPES = {"ppo": "ppo_atari", "a2c": "a2c_atari", "appo": "appo_atari", "dqn": "dqn_atari"}
+
+
+def test_each_recipe_trains_the_registered_algorithm_of_its_name():
+    assert set(ALGORITHMS) >= set(RECIPES)
     for algo, module in RECIPES.items():
-        recipe = recipe_module(algo)
-        assert recipe.__name__ == module and recipe.ALGO == algo
-        assert callable(recipe.train) and callable(recipe.make_agent)
+        recipe = importlib.import_module(f"recipes.{module}")
+        record = algorithm(algo)
+        assert recipe.ALGORITHM is record and record.name == algo
+        assert recipe.Config is record.config and record.section in vars(record.config())
+        assert callable(recipe.train)
     with pytest.raises(UnknownAlgorithm, match="'ddpg': accelrl knows a2c, appo, dqn, ppo"):
-        recipe_module("ddpg")
+        algorithm("ddpg")
 
 
 @pytest.mark.parametrize("algo,game", CASES)
@@ -72,3 +83,20 @@ def test_the_export_module_acts_as_the_greedy_evaluation_policy(algo, game):
     # The export shares the agent's weights (a copy would export the untrained network).
     listed = {id(p) for p in unique_parameters(agent.networks())}
     assert all(id(p) in listed for p in agent.export_module().parameters())
+
+
+def test_only_the_loops_hand_out_the_agents_initial_state_to_what_steps_an_env():
+    # The collectors, evaluation, videos and play step envs from the state the loop hands them
+    # (accelrl.loops.start.acting_state); export traces the module on a batch of it.
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    allowed = {"accelrl/loops/start.py", "accelrl/export.py"}
+    callers = set()
+    for folder in ("accelrl", "recipes", "slurm"):
+        for path in (root / folder).rglob("*.py"):
+            code = re.sub(r'"""[\s\S]*?"""', "", path.read_text())  # docstrings name it
+            if re.search(r"\.initial_state\(", code):
+                callers.add(path.relative_to(root).as_posix())
+    assert callers == allowed

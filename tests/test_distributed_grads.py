@@ -132,7 +132,9 @@ def test_learning_rate_scaling_rules(rule, factor):
     for name, section in [("ppo_atari", "ppo"), ("a2c_atari", "a2c"), ("dqn_atari", "dqn")]:
         recipe = importlib.import_module(f"recipes.{name}")
         cfg = recipe.Config()
-        agent = recipe.make_agent(cfg, spec, torch.device("cpu"), lr_scale=lr_scale(4, rule))
+        agent = recipe.ALGORITHM.make_agent(
+            cfg, spec, torch.device("cpu"), lr_scale=lr_scale(4, rule)
+        )
         base = getattr(recipe.Config(), section).lr
         assert agent.optimizer.param_groups[0]["lr"] == pytest.approx(base * factor), name
         assert getattr(cfg, section).lr == base

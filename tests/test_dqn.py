@@ -24,7 +24,7 @@ from accelrl.envs import make_env
 from accelrl.progress import Progress
 from accelrl.replay import FrameReplay
 from accelrl.validate import ConfigError
-from recipes.dqn_atari import Config, resolve, train
+from recipes.dqn_atari import ALGORITHM, Config, train
 from tests.helpers import count_batches
 
 
@@ -37,12 +37,12 @@ def test_rainbow_preset_turns_everything_on_and_explicit_flags_win():
 
 
 def test_large_batch_presets_scale_simulators_and_learning_rate():
-    cfg = resolve(Config(dqn=DQNConfig(preset="cat-dqn-2048")))
+    cfg = ALGORITHM.resolve(Config(dqn=DQNConfig(preset="cat-dqn-2048")))
     assert cfg.dqn.batch_size == 2048 and cfg.dqn.distributional
     assert cfg.env.num_envs == preset_num_envs(cfg.dqn) == 256
     assert cfg.collector.steps_per_batch % cfg.env.num_envs == 0
     assert cfg.dqn.lr == pytest.approx(6.25e-5 * math.sqrt(2048 / 32))
-    small = resolve(Config(dqn=DQNConfig(preset="dqn-512")))
+    small = ALGORITHM.resolve(Config(dqn=DQNConfig(preset="dqn-512")))
     assert small.dqn.batch_size == 512 and small.env.num_envs == 64
 
 
@@ -54,8 +54,8 @@ def test_large_batch_presets_copy_the_target_as_often_per_frame_as_the_defaults(
     def steps_between_copies(cfg):
         return cfg.dqn.target_update_interval * cfg.dqn.batch_size / cfg.dqn.training_intensity
 
-    default = resolve(Config())
-    large = resolve(Config(dqn=DQNConfig(preset=preset)))
+    default = ALGORITHM.resolve(Config())
+    large = ALGORITHM.resolve(Config(dqn=DQNConfig(preset=preset)))
     assert steps_between_copies(default) == 8000
     assert steps_between_copies(large) == pytest.approx(8000, rel=0.01)
     # and the recipe's updates per batch give the same: one update per batch / intensity steps
@@ -164,7 +164,7 @@ def test_epsilon_schedule_counts_every_worker_and_frame_skip(tmp_path):
     cfg = Config()
     cfg.env.game, cfg.env.num_envs = "CartPole-v1", 4
     cfg.collector.steps_per_batch, cfg.collector.num_workers = 64, 2
-    cfg = resolve(cfg)
+    cfg = ALGORITHM.resolve(cfg)
     proc = SimpleNamespace(
         collect_seed=lambda updates: 0,
         threads=plan_threads(cfg.threads, cfg.collector.num_workers),

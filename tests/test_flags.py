@@ -97,7 +97,7 @@ def refused(recipe: str, cfg: Any) -> str | None:
     from accelrl.checks import ConfigError
 
     try:
-        importlib.import_module(f"recipes.{recipe}").validate(cfg)
+        importlib.import_module(f"recipes.{recipe}").ALGORITHM.validate(cfg)
     except ConfigError as err:
         return str(err)
     return None
@@ -175,7 +175,7 @@ def resolved_dqn(*argv: str) -> Any:
     from accelrl.cli import parse_flags
     from recipes import dqn_atari
 
-    return dqn_atari.resolve(parse_flags(dqn_atari.Config, list(argv)))
+    return dqn_atari.ALGORITHM.resolve(parse_flags(dqn_atari.Config, list(argv)))
 
 
 def test_a_preset_leaves_flags_given_at_their_default_value():
@@ -200,9 +200,9 @@ def test_a_preset_from_python_fills_fields_at_their_default_unless_named_given()
     from recipes import dqn_atari
 
     cfg = dqn_atari.Config(dqn=DQNConfig(preset="rainbow"))
-    assert dqn_atari.resolve(cfg).dqn.lr == PRESETS["rainbow"]["lr"]
+    assert dqn_atari.ALGORITHM.resolve(cfg).dqn.lr == PRESETS["rainbow"]["lr"]
     mark_given(cfg, "dqn.lr")
-    assert dqn_atari.resolve(cfg).dqn.lr == DQNConfig().lr
+    assert dqn_atari.ALGORITHM.resolve(cfg).dqn.lr == DQNConfig().lr
 
 
 def test_the_flags_given_are_named_by_field_not_by_value():

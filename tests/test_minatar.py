@@ -264,7 +264,7 @@ def test_dqn_minatar_preset_is_the_papers_dqn():
     from accelrl.algos.dqn import DQNConfig
     from recipes import dqn_atari
 
-    cfg = dqn_atari.resolve(
+    cfg = dqn_atari.ALGORITHM.resolve(
         dqn_atari.Config(env=EnvConfig(game="MinAtar/Breakout"), dqn=DQNConfig(preset="minatar"))
     )
     d = cfg.dqn

@@ -11,7 +11,7 @@ from accelrl.algos.ppo import PPO, PPOConfig
 from accelrl.config import EnvConfig
 from accelrl.envs import make_env
 from accelrl.models import make_actor_critic
-from recipes.ppo_atari import Config, make_agent, train
+from recipes.ppo_atari import ALGORITHM, Config, train
 from reference.atari_actor_critic import ppo_phase
 from tests import bf16_parity, plain_parity
 from tests.helpers import cartpole_recipe_config, print_cartpole_result
@@ -132,7 +132,7 @@ def test_an_atari_update_matches_the_plain_loop_on_the_same_batch(lr, clips):
     torch.manual_seed(0)
     cfg = Config()
     cfg.ppo.epochs, cfg.ppo.minibatches, cfg.ppo.lr = 4, 1, lr
-    ppo, batch, plain, ours = plain_parity.recipe_and_plain(make_agent, cfg, steps=8)
+    ppo, batch, plain, ours = plain_parity.recipe_and_plain(ALGORITHM.make_agent, cfg, steps=8)
     p = cfg.ppo
     opt = torch.optim.Adam(plain.parameters(), lr=p.lr * 0.2, eps=p.adam_eps)
     view = plain_parity.plain_view(batch, plain, p)
@@ -166,7 +166,7 @@ def test_a_bf16_step_matches_the_plain_loop_within_bf16_rounding():
     cfg = Config()
     cfg.ppo.epochs, cfg.ppo.minibatches = 1, 1
     cfg.precision.learner = "bf16"
-    ppo, batch, wide, plain, ours = bf16_parity.recipe_and_plain(make_agent, cfg, steps=8)
+    ppo, batch, wide, plain, ours = bf16_parity.recipe_and_plain(ALGORITHM.make_agent, cfg, steps=8)
     bf16_parity.check_forward(ppo, batch, plain)
     p = cfg.ppo
     opt = torch.optim.Adam(plain.parameters(), lr=p.lr * 0.2, eps=p.adam_eps)

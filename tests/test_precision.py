@@ -22,8 +22,10 @@ FRAMES = {**plain_parity.SPEC, "num_actions": 4}
 def test_fp16_on_a_cpu_learner_is_refused_before_anything_starts():
     cfg = ppo_atari.Config(device="cpu", precision=PrecisionConfig(learner="fp16"))
     with pytest.raises(ConfigError, match=r"precision.learner='fp16': needs a CUDA learner"):
-        ppo_atari.validate(cfg)
-    ppo_atari.validate(ppo_atari.Config(device="cpu", precision=PrecisionConfig(learner="bf16")))
+        ppo_atari.ALGORITHM.validate(cfg)
+    ppo_atari.ALGORITHM.validate(
+        ppo_atari.Config(device="cpu", precision=PrecisionConfig(learner="bf16"))
+    )
 
 
 def test_auto_chooses_by_capability_and_network_and_logs_why(monkeypatch):
@@ -84,7 +86,7 @@ def frames_agent(module, learner: str, channels_last: bool):
     cfg = module.Config(precision=PrecisionConfig(learner=learner, channels_last=channels_last))
     if module is dqn_atari:
         cfg.dqn.batch_size = 8
-    return module.make_agent(cfg, FRAMES, torch.device("cpu"))
+    return module.ALGORITHM.make_agent(cfg, FRAMES, torch.device("cpu"))
 
 
 def round_trip(state: dict) -> dict:

@@ -12,9 +12,8 @@ from torchrl.modules import set_recurrent_mode
 
 from accelrl.collectors import make_collector, plan_threads
 from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig
-from accelrl.evaluate import run_episodes
+from accelrl.evaluate import play_env, play_episode, run_episodes
 from accelrl.models import STATE_KEYS
-from accelrl.play import play_env, play_episode
 from accelrl.validate import ConfigError
 from recipes import a2c_atari, appo_atari, dqn_atari, ppo_atari
 from reference.atari_actor_critic import Rollout
@@ -36,7 +35,9 @@ def recurrent_config(recipe=ppo_atari, lstm_hidden: int = 16):
 
 def agent_for(recipe=ppo_atari, spec=CARTPOLE, lstm_hidden: int = 16):
     torch.manual_seed(0)
-    return recipe.make_agent(recurrent_config(recipe, lstm_hidden), spec, torch.device("cpu"))
+    return recipe.ALGORITHM.make_agent(
+        recurrent_config(recipe, lstm_hidden), spec, torch.device("cpu")
+    )
 
 
 def batches(
@@ -93,7 +94,7 @@ def collected(kind: str):
 def test_off_by_default_and_feed_forward_has_no_state():
     assert ppo_atari.Config().model.recurrent == "none"
     torch.manual_seed(0)
-    ff = ppo_atari.make_agent(ppo_atari.Config(), CARTPOLE, torch.device("cpu"))
+    ff = ppo_atari.ALGORITHM.make_agent(ppo_atari.Config(), CARTPOLE, torch.device("cpu"))
     assert ff.initial_state(4) is None and ff.core is None
 
 
@@ -368,17 +369,17 @@ def test_checkpoints_keep_their_form_and_restore_the_weights():
 def test_validation_refuses_what_the_state_cannot_yet_go_through(change):
     cfg = recurrent_config()
     cfg.collector.steps_per_batch = 96
-    ppo_atari.validate(cfg)
+    ppo_atari.ALGORITHM.validate(cfg)
     change(cfg)
     with pytest.raises(ConfigError, match="model.recurrent"):
-        ppo_atari.validate(cfg)
+        ppo_atari.ALGORITHM.validate(cfg)
 
 
 def test_dqn_refuses_a_recurrent_model():
     cfg = dqn_atari.Config()
     cfg.env.game, cfg.model.recurrent = "CartPole-v1", "lstm"
     with pytest.raises(ConfigError, match="actor-critics"):
-        dqn_atari.validate(cfg)
+        dqn_atari.ALGORITHM.validate(cfg)
 
 
 @pytest.mark.parametrize(
@@ -453,10 +454,10 @@ def parity_setup(recipe, cfg):
     weights, then widened: a carried batch-start state, episodes that end mid-batch, and given
     a lost life and a truncation), and the plain LSTM actor-critic with its weights."""
     torch.manual_seed(0)
-    collecting = recipe.make_agent(cfg, CARTPOLE, torch.device("cpu"))
+    collecting = recipe.ALGORITHM.make_agent(cfg, CARTPOLE, torch.device("cpu"))
     _, batch = batches(collecting)
     with float64():
-        agent = recipe.make_agent(cfg, CARTPOLE, torch.device("cpu"))
+        agent = recipe.ALGORITHM.make_agent(cfg, CARTPOLE, torch.device("cpu"))
     agent.model.load_state_dict(collecting.model.state_dict())
     batch = batch.apply(lambda x: x.double() if x.is_floating_point() else x)
     nxt = batch["next"]
@@ -543,7 +544,7 @@ def test_hide_velocities_is_refused_outside_cartpole(game):
     cfg = recurrent_config()
     cfg.env.game, cfg.env.hide_velocities = game, True
     with pytest.raises(ConfigError, match="hide-velocities=True: is for CartPole"):
-        ppo_atari.validate(cfg)
+        ppo_atari.ALGORITHM.validate(cfg)
 
 
 # --- the plain Atari LSTM loop (reference.recurrent), the other side of the Breakout pair -------
