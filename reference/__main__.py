@@ -21,8 +21,8 @@ from typing import Any
 import torch
 import tyro
 
-from accelrl.config import cpu_count
 from accelrl.algos.catalog import algorithm
+from accelrl.config import cpu_count
 from reference import atari, classic
 from reference.atari import steady_fps
 from reference.atari_actor_critic import plain_a2c, plain_ppo

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from accelrl.algos.a2c import A2CConfig
+from accelrl.algos.catalog import algorithm
 from accelrl.algos.dqn import DQNConfig
 from accelrl.algos.ppo import APPOConfig, PPOConfig
-from accelrl.algos.catalog import algorithm
 
 ENV_ID = "CartPole-v1"
 NUM_ENVS = 8
