@@ -15,10 +15,10 @@ from typing import Any, TypeVar
 import tyro
 
 from accelrl.config import mark_given
-from accelrl.errors import RunFailure
+from accelrl.errors import ConfigError, RunFailure
 from accelrl.run_folder import RunInterrupted
 from accelrl.run_record import dumps
-from accelrl.validate import ConfigError, validate_common
+from accelrl.validate import validate_common
 
 C = TypeVar("C")
 

@@ -41,8 +41,8 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from accelrl.checks import ConfigError
 from accelrl.compat import cpu_has_native_bf16
+from accelrl.errors import ConfigError
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 HALF = (torch.bfloat16, torch.float16)

@@ -17,6 +17,7 @@ from typing import Any
 
 from accelrl.checkpoint import list_checkpoints
 from accelrl.config import to_dict
+from accelrl.errors import ConfigError
 from accelrl.run_lock import FolderInUse, FolderLock
 from accelrl.run_record import (
     CHANGES_NAME,
@@ -33,7 +34,6 @@ from accelrl.run_record import (
     read_config,
     recorded_settings,
 )
-from accelrl.validate import ConfigError
 
 log = logging.getLogger("accelrl")
 

@@ -12,9 +12,9 @@ import os
 from typing import Any
 
 from accelrl import precision
-from accelrl.checks import ConfigError, check_finite, check_positive
 from accelrl.config import CollectorConfig, EnvConfig, rows_per_batch
 from accelrl.envs import UnknownGame, backend_for, selectable_backends
+from accelrl.errors import ConfigError, check_finite, check_positive
 
 SEED_MAX = 2**32 - 1
 """The largest ``--seed``: NumPy's legacy generator and MinAtar's take seeds below 2**32."""

@@ -5,8 +5,11 @@
   ``train(cfg)``; a job that reaches its time limit or is preempted is requeued and resumes from
   its run folder's latest checkpoint. ``--dry-run`` prints the sbatch script, ``--local`` runs the
   same job on this machine.
-- ``slurm.plan``: recipe flags and ``--sweep`` values to validated configs, one run folder each.
-- ``slurm.job``: ``RecipeJob``, what every task of a job runs.
+- ``slurm.study``: ``python -m slurm.study run GRID --slurm`` runs a study's cells
+  (``accelrl.study``) as SLURM job arrays, ``--print-array`` prints them.
 - ``slurm/testing/local_cluster.sh``: a real SLURM cluster on one machine (two fake nodes) for
   the ``slurm``-marked tests.
+
+Recipe flags and ``--sweep`` values become validated configs in ``accelrl.launch.plan``; what
+every task of a job runs is ``accelrl.launch.job.RecipeJob``. accelrl never imports this package.
 """

@@ -15,24 +15,20 @@ submitted.
 Every run gets its own folder: the recipe's ``--run-dir`` or ``runs/<recipe>[-<sweep
 values>]-<time>``. A job that reaches its time limit or is preempted gets USR2
 ``--signal-delay-s`` seconds before the end; the run saves a checkpoint and submitit requeues
-the job, which resumes from that run folder (``slurm.job.RecipeJob``).
+the job, which resumes from that run folder (``accelrl.launch.job.RecipeJob``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import importlib.util
 import json
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
 import typing
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +36,8 @@ import submitit
 from submitit.core.utils import FailedJobError
 
 from accelrl.atari_scores import SUITES
-from slurm.job import RecipeJob
-from slurm.plan import LaunchError, PlannedRun, load_recipe, plan_runs, uses_cuda
+from accelrl.launch.job import local_executor, submit_jobs
+from accelrl.launch.plan import LaunchError, PlannedRun, load_recipe, plan_runs, uses_cuda
 
 PROG = "python -m slurm.launch"
 
@@ -280,16 +276,14 @@ def sbatch_script(opts: LaunchOptions, num_runs: int) -> str:
 
 def make_executor(opts: LaunchOptions) -> submitit.Executor:
     if opts.local:
-        ex: submitit.Executor = submitit.LocalExecutor(
-            opts.folder, max_num_timeout=opts.max_requeues
-        )
-        ex.update_parameters(
-            timeout_min=opts.time,
+        return local_executor(
+            opts.folder,
+            time_min=opts.time,
+            max_requeues=opts.max_requeues,
             tasks_per_node=opts.ntasks_per_node,
             gpus_per_node=opts.gpus_per_node,
             signal_delay_s=opts.signal_delay_s,
         )
-        return ex
     ex = submitit.SlurmExecutor(opts.folder, max_num_timeout=opts.max_requeues)
     ex.update_parameters(**slurm_parameters(opts))
     return ex
@@ -324,36 +318,11 @@ def check_target(opts: LaunchOptions) -> None:
 
 def submit(opts: LaunchOptions, runs: list[PlannedRun]) -> list[submitit.Job]:
     """One job, or one job array for a sweep."""
-    ex = make_executor(opts)
-    jobs = []
     try:
-        with _controllers_ignore_ctrl_c(opts.local):
-            if len(runs) == 1:
-                jobs.append(ex.submit(RecipeJob(opts.recipe, runs[0].cfg)))
-            else:
-                with ex.batch():
-                    for run in runs:
-                        jobs.append(ex.submit(RecipeJob(opts.recipe, run.cfg)))
+        return submit_jobs(make_executor(opts), opts.recipe, [run.cfg for run in runs])
     except FailedJobError as err:
         lines = [ln.strip() for ln in str(err).splitlines() if "error" in ln.lower()]
         raise LaunchError(f"sbatch failed: {lines[-1] if lines else err}") from None
-    return jobs
-
-
-@contextlib.contextmanager
-def _controllers_ignore_ctrl_c(local: bool) -> Iterator[None]:
-    """Local jobs start with SIGINT ignored (a process inherits an ignored signal), so that a
-    terminal's Ctrl-C, which reaches the whole process group, stops each run through its own
-    handler (checkpoint at the next batch boundary) and not through submitit's controller,
-    which would send the run a second SIGINT and kill it a second later."""
-    if not local or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def describe(opts: LaunchOptions, runs: list[PlannedRun], jobs: list[submitit.Job] | None) -> str:

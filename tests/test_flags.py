@@ -94,7 +94,7 @@ def with_value(recipe: str, path: str, value: Any) -> Any:
 
 def refused(recipe: str, cfg: Any) -> str | None:
     """The ConfigError's message for ``cfg``, None when the recipe's checks pass it."""
-    from accelrl.checks import ConfigError
+    from accelrl.errors import ConfigError
 
     try:
         importlib.import_module(f"recipes.{recipe}").ALGORITHM.validate(cfg)

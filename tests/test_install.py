@@ -39,3 +39,32 @@ def test_version_matches_pyproject():
     project = pyproject.split("[project]", 1)[1].split("\n[", 1)[0]
     (version,) = re.findall(r'^version\s*=\s*"([^"]+)"', project, flags=re.MULTILINE)
     assert accelrl.__version__ == version
+
+
+def test_the_wheel_installs_accelrl_recipes_and_slurm_only(tmp_path):
+    # benchmarks/ and reference/ run from a checkout: a wheel that held them would put packages
+    # with generic names into a user's site-packages. Built from a copy, so that the build's
+    # own folders (build/, *.egg-info) stay out of the checkout.
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    src = tmp_path / "src"
+    packages = sorted(p.parent.name for p in root.glob("*/__init__.py"))
+    assert {"accelrl", "recipes", "slurm", "benchmarks", "reference"} <= set(packages)
+    for name in packages:
+        shutil.copytree(root / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(root / name, src / name)
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    subprocess.run(cmd + ["-w", str(tmp_path / "dist"), str(src)], check=True)
+    (wheel,) = (tmp_path / "dist").glob("accelrl-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
+    assert top == {"accelrl", "recipes", "slurm"}
+    # every subpackage of accelrl (e.g. accelrl/launch) is in it
+    inits = {str(p.relative_to(root)) for p in (root / "accelrl").rglob("__init__.py")}
+    assert inits <= set(names)

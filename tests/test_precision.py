@@ -11,8 +11,8 @@ import torch
 
 from accelrl import precision
 from accelrl.algos.common import NonFiniteGuard, gradient_step
-from accelrl.checks import ConfigError
 from accelrl.config import PrecisionConfig
+from accelrl.errors import ConfigError
 from recipes import a2c_atari, dqn_atari, ppo_atari
 from tests import plain_parity
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import submitit
 
+from accelrl.launch.job import RecipeJob
 from recipes.ppo_atari import Config
-from slurm.job import RecipeJob
 from slurm.launch import main, parse_args, prepare, submit
 from tests.helpers import cartpole_flags, run_main
 

@@ -21,6 +21,7 @@ from accelrl.study.grid import FINISHED, NEW, RESUME, RUNNING, cell_state, load_
 from accelrl.study.keep import thin
 from accelrl.study.report import report, window_score
 from accelrl.study.runner import plan_cells
+from slurm.study import main as slurm_main
 from tests.helpers import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +49,11 @@ def write_grid(tmp_path: Path, text: str = GRID, name: str = "grid.toml") -> Pat
 
 def study(capsys, *argv: str) -> tuple[int, str, str]:
     return run_main(main, capsys, *argv)
+
+
+def slurm_study(capsys, *argv: str) -> tuple[int, str, str]:
+    """The same command line with SLURM job arrays (``python -m slurm.study``)."""
+    return run_main(slurm_main, capsys, *argv)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,11 +129,13 @@ def test_the_shipped_grids_plan_every_cell(path, tmp_path):
 @pytest.mark.parametrize("text, message", BAD_GRIDS)
 def test_bad_grid_is_refused_in_one_line_before_anything_runs(text, message, tmp_path, capsys):
     path = write_grid(tmp_path, text)
-    flag = "--print-array" if "[slurm]" in text else "--dry-run"
-    code, out, err = study(capsys, "run", str(path), "--dir", str(tmp_path / "s"), flag)
+    on_slurm = "[slurm]" in text
+    command, prog = (slurm_study, "slurm") if on_slurm else (study, "accelrl")
+    flag = "--print-array" if on_slurm else "--dry-run"
+    code, out, err = command(capsys, "run", str(path), "--dir", str(tmp_path / "s"), flag)
     assert code == 2, out + err
     assert message in err
-    assert err.count("\n") == 1 and err.startswith("python -m accelrl.study: error: ")
+    assert err.count("\n") == 1 and err.startswith(f"python -m {prog}.study: error: ")
     assert not (tmp_path / "s").exists()
 
 
@@ -336,7 +344,9 @@ def test_print_array_lists_one_job_array_per_recipe_with_its_cells(tmp_path, cap
     finished = grid.cells()[0]
     finished.run_dir.mkdir(parents=True)
     (finished.run_dir / "summary.json").write_text(json.dumps({"frames": 2048}))
-    code, out, err = study(capsys, "run", str(grid.path), "--dir", str(grid.dir), "--print-array")
+    code, out, err = slurm_study(
+        capsys, "run", str(grid.path), "--dir", str(grid.dir), "--print-array"
+    )
     assert code == 0, err
     scripts = out.split("#!/bin/bash")
     assert len(scripts) == 3  # the plan line, then one script per recipe
@@ -352,11 +362,18 @@ def test_print_array_lists_one_job_array_per_recipe_with_its_cells(tmp_path, cap
 
 
 def test_slurm_without_a_cluster_says_what_to_do_instead(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("accelrl.study.runner.shutil.which", lambda name: None)
+    monkeypatch.setattr("slurm.study.shutil.which", lambda name: None)
     path = write_grid(tmp_path)
-    code, _, err = study(capsys, "run", str(path), "--dir", str(tmp_path / "s"), "--slurm")
+    code, _, err = slurm_study(capsys, "run", str(path), "--dir", str(tmp_path / "s"), "--slurm")
     assert code == 2 and err.count("\n") == 1
     assert "no SLURM cluster found (sbatch not on PATH)" in err and "--print-array" in err
+
+
+@pytest.mark.parametrize("flag", ["--slurm", "--print-array"])
+def test_job_arrays_without_slurm_study_name_the_command_that_runs_them(flag, tmp_path, capsys):
+    code, out, err = study(capsys, "run", str(write_grid(tmp_path)), "--dir", str(tmp_path), flag)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert f"{flag}: SLURM job arrays are run by python -m slurm.study" in err
 
 
 # ---------------------------------------------------------------------------------------------
@@ -660,7 +677,7 @@ def test_a_stop_leaves_every_cell_a_checkpoint_and_the_rerun_resumes(how, tmp_pa
 def test_slurm_runs_the_grid_as_a_job_array_and_a_rerun_finds_nothing_to_do(tmp_path, capsys):
     text = GRID.replace("seeds = [0, 1]", "seeds = [0]") + "[slurm]\ntime = 5\ncpus_per_task = 1\n"
     path, study_dir = write_grid(tmp_path, text), tmp_path / "s"
-    code, out, err = study(capsys, "run", str(path), "--dir", str(study_dir), "--slurm")
+    code, out, err = slurm_study(capsys, "run", str(path), "--dir", str(study_dir), "--slurm")
     assert code == 0, out + err
     jobs = [line.split()[2].rstrip(":") for line in out.splitlines() if line.startswith("# job ")]
     assert [j.split("_")[1] for j in jobs] == ["0", "1"] and len(
@@ -672,5 +689,5 @@ def test_slurm_runs_the_grid_as_a_job_array_and_a_rerun_finds_nothing_to_do(tmp_
         assert time.monotonic() < deadline, f"no summaries; logs in {study_dir / 'slurm_logs'}"
         time.sleep(2)
     assert all(json.loads(p.read_text())["frames"] == 2048 for p in summaries)
-    code, out, _ = study(capsys, "run", str(path), "--dir", str(study_dir), "--slurm")
+    code, out, _ = slurm_study(capsys, "run", str(path), "--dir", str(study_dir), "--slurm")
     assert code == 0 and "2 finished (skipped)" in out and "nothing to run" in out

@@ -24,8 +24,8 @@ from accelrl.algos.common import (
     set_lr,
     total_loss,
 )
+from accelrl.errors import ConfigError, check_positive
 from accelrl.optim import RMSpropTF, adam
-from accelrl.validate import ConfigError, check_positive
 
 
 @dataclass

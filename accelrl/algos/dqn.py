@@ -37,10 +37,10 @@ from torchrl.objectives.utils import ValueEstimators
 
 from accelrl.algos.common import NonFiniteGuard, gradient_step
 from accelrl.compat import dqn_target_params, hard_update_now, qvalue_actor_modules
+from accelrl.errors import ConfigError, check_positive
 from accelrl.models import DirectTensorDictModule, GreedyQ, QNetwork
 from accelrl.optim import adam
 from accelrl.precision import FP32_PLAN, Plan
-from accelrl.validate import ConfigError, check_positive
 
 Preset = Literal["none", "rainbow", "dqn-512", "cat-dqn-2048", "rainbow-512", "minatar"]
 

@@ -13,12 +13,12 @@ import torch
 from torchrl.data import Bounded
 from torchrl.envs import EnvBase
 
-from accelrl.checks import ConfigError
 from accelrl.config import EnvConfig
 from accelrl.envs.backend import register
 from accelrl.envs.games import fire_action_index, rom_id
 from accelrl.envs.gym_atari import AtariBackend, sticky_actions
 from accelrl.envs.vector import InfoFinalObsVectorEnv
+from accelrl.errors import ConfigError
 
 
 class AleVecEnv(InfoFinalObsVectorEnv):

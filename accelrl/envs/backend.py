@@ -18,8 +18,8 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 from torchrl.envs import EnvBase
 
-from accelrl.checks import ConfigError
 from accelrl.config import EnvConfig
+from accelrl.errors import ConfigError
 
 
 class UnknownGame(ValueError):
@@ -63,7 +63,7 @@ class EnvBackend:
         return []
 
     def check(self, cfg: EnvConfig, prefix: str = "env") -> None:
-        """Raise ``accelrl.checks.ConfigError`` for settings of ``cfg`` this backend cannot run,
+        """Raise ``accelrl.errors.ConfigError`` for settings of ``cfg`` this backend cannot run,
         naming the field as ``{prefix}.field``."""
         raise NotImplementedError
 

@@ -26,7 +26,6 @@ from gymnasium.vector import AutoresetMode
 from torchrl.data import Bounded, Unbounded
 from torchrl.envs import EnvBase
 
-from accelrl.checks import ConfigError, check_positive
 from accelrl.config import EnvConfig
 from accelrl.envs.backend import (
     EnvBackend,
@@ -36,6 +35,7 @@ from accelrl.envs.backend import (
     register,
 )
 from accelrl.envs.vector import SameStepVectorEnv
+from accelrl.errors import ConfigError, check_positive
 
 SUPPORTED = (
     "accelrl runs Discrete actions with a vector Box observation (an MLP) or a uint8 image Box, "

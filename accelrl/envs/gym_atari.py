@@ -31,7 +31,6 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase, ParallelEnv
 
-from accelrl.checks import ConfigError, check_positive, check_probability
 from accelrl.config import EnvConfig
 from accelrl.envs.backend import (
     EnvBackend,
@@ -40,6 +39,7 @@ from accelrl.envs.backend import (
     register,
 )
 from accelrl.envs.games import action_set, close_games, gym_id, rom_id
+from accelrl.errors import ConfigError, check_positive, check_probability
 
 ATARI_STICKY_ACTIONS = 0.25
 """ALE v5's probability of repeating the previous action, used when ``--env.sticky-actions`` is

@@ -27,7 +27,6 @@ import torch
 from torchrl.data import Bounded
 from torchrl.envs import EnvBase
 
-from accelrl.checks import ConfigError, check_positive, check_probability
 from accelrl.config import EnvConfig
 from accelrl.envs.backend import (
     EnvBackend,
@@ -37,6 +36,7 @@ from accelrl.envs.backend import (
     register,
 )
 from accelrl.envs.vector import SameStepVectorEnv
+from accelrl.errors import ConfigError, check_positive, check_probability
 
 GAMES = {
     "Asterix": "asterix",

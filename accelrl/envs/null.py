@@ -25,7 +25,6 @@ import torch
 from torchrl.data import Bounded, Unbounded
 from torchrl.envs import EnvBase
 
-from accelrl.checks import ConfigError
 from accelrl.config import EnvConfig
 from accelrl.envs.backend import (
     EnvBackend,
@@ -34,6 +33,7 @@ from accelrl.envs.backend import (
     register,
 )
 from accelrl.envs.vector import InfoFinalObsVectorEnv
+from accelrl.errors import ConfigError
 
 PREFIX = "Null/"
 SHAPES = {

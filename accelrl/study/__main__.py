@@ -7,13 +7,21 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accelrl.study.runner import JobArrays
 
 PROG = "python -m accelrl.study"
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, command: str = PROG, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.command = command
+
     def error(self, message: str):  # one line instead of argparse's usage block
-        self.exit(2, f"{PROG}: error: {message} (see {PROG} --help)\n")
+        self.exit(2, f"{self.command}: error: {message} (see {self.command} --help)\n")
 
 
 def _fractions(text: str) -> list[float]:
@@ -25,11 +33,12 @@ def _fractions(text: str) -> list[float]:
         ) from None
 
 
-def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description=__doc__)
+def parser(prog: str = PROG) -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, command=prog, description=__doc__)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = sub.add_parser(
         "run",
+        command=prog,
         help="run a grid's unfinished cells (here, or as SLURM job arrays)",
         description="Run every unfinished cell of GRID: finished cells are skipped, cells with "
         "a checkpoint resume. Ctrl-C (or SIGTERM) stops the running cells with a checkpoint; "
@@ -76,13 +85,17 @@ def parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--print-array",
         action="store_true",
-        help="print the SLURM job array of each recipe (sbatch script and cells); submit nothing",
+        help="print the SLURM job array of each recipe (sbatch script and cells); submit "
+        "nothing (python -m slurm.study)",
     )
     where.add_argument(
-        "--slurm", action="store_true", help="submit the cells as SLURM job arrays (slurm.launch)"
+        "--slurm",
+        action="store_true",
+        help="submit the cells as SLURM job arrays (python -m slurm.study)",
     )
     status = sub.add_parser(
         "status",
+        command=prog,
         help="where a grid stands: each cell's state, frames and last-100 return",
         description="Each cell of GRID with its state (finished, kept, running, resume, new), "
         "the frames it has reached of its budget and the mean return of its last 100 "
@@ -97,6 +110,7 @@ def parser() -> argparse.ArgumentParser:
     )
     pack = sub.add_parser(
         "pack",
+        command=prog,
         help="keep a study folder's finished cells small, in a folder of their own",
         description="Add every finished cell of STUDY_DIR to KEPT with only what `report` reads "
         "(summary.json, episodes' frames and returns, metrics' frames and time, evaluations): "
@@ -106,6 +120,7 @@ def parser() -> argparse.ArgumentParser:
     pack.add_argument("-o", "--out", required=True, metavar="KEPT", help="the kept folder")
     rep = sub.add_parser(
         "report",
+        command=prog,
         help="curves and a score table of a study folder",
         description="Return vs frames and vs wall-clock time per setting (one PNG per algorithm "
         "and game) and each setting's score at fractions of the budget relative to the "
@@ -136,27 +151,31 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; returns the exit code (2: refused before running anything)."""
-    args = parser().parse_args(sys.argv[1:] if argv is None else argv)
+def main(
+    argv: Sequence[str] | None = None, *, arrays: JobArrays | None = None, prog: str = PROG
+) -> int:
+    """The command line; returns the exit code (2: refused before running anything).
+    ``arrays`` runs ``run --slurm`` and ``run --print-array`` (``python -m slurm.study`` gives
+    SLURM's); without it they are refused."""
+    args = parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
     from accelrl.study.grid import GridError
     from accelrl.study.report import StudyReportError
 
     try:
-        code = _command(args)
+        code = _command(args, arrays)
         sys.stdout.flush()  # here, so that a closed pipe is met inside this try
         return code
     except (GridError, StudyReportError) as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader went away (``| head``): stop quietly, as Unix tools do
         _drop_stdout()
         return 1
 
 
-def _command(args: argparse.Namespace) -> int:
+def _command(args: argparse.Namespace, arrays: JobArrays | None) -> int:
     if args.command == "run":
-        return _run(args)
+        return _run(args, arrays)
     if args.command == "status":
         from pathlib import Path
 
@@ -200,7 +219,7 @@ def _say(text: str) -> None:
         _drop_stdout()
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, arrays: JobArrays | None) -> int:
     from accelrl.study.grid import GridError, load_grid, merged_record
     from accelrl.study.runner import (
         command_line,
@@ -209,9 +228,13 @@ def _run(args: argparse.Namespace) -> int:
         keep_finished,
         plan_cells,
         run_local,
-        run_slurm,
     )
 
+    on_slurm = args.slurm or args.print_array
+    if on_slurm and arrays is None:
+        flag = "--slurm" if args.slurm else "--print-array"
+        raise GridError(f"{flag}: SLURM job arrays are run by python -m slurm.study, with the "
+                        "same arguments")  # fmt: skip
     if args.threads < 1:
         raise GridError(f"--threads {args.threads}: must be >= 1")
     if args.parallel is not None and args.parallel < 1:
@@ -233,12 +256,11 @@ def _run(args: argparse.Namespace) -> int:
     for folder in (grid.dir, kept):  # cells run with other flags under the same names: refuse
         if folder is not None:
             merged_record(folder, grid.record())
-    on_slurm = args.slurm or args.print_array
     planned = plan_cells(grid, threads=args.threads, runs_here=not on_slurm, only=args.only,
                          kept=kept)  # fmt: skip
     print(f"study {grid.dir}: {describe_plan(planned)}", flush=True)
-    if on_slurm:
-        return run_slurm(grid, planned, dry_run=args.print_array)
+    if on_slurm and arrays is not None:
+        return arrays(grid, planned, dry_run=args.print_array)
     if args.dry_run:
         for p in planned:
             print(f"{p.state:8s} {p.cell.name}" + (f"\n  {command_line(p)}" if p.run else ""))

@@ -15,7 +15,7 @@ standard setting) x games x seeds, read from TOML and checked before anything ru
     standard = "dqn-32"
     settings = { dqn-32 = "", dqn-512 = "--dqn.batch-size 512 --dqn.lr 1e-3" }
 
-    [slurm]                                     # optional: slurm.launch options for --slurm
+    [slurm]                   # optional: slurm.launch options (python -m slurm.study)
     time = 240
 
 Flags are a string (split as a shell would) or a list of strings; ``{run_dir}`` becomes the

@@ -1,6 +1,7 @@
 """Running a grid: every cell's flags checked by its recipe's parser first, then the cells run
-through ``slurm.launch`` (submitit): on this machine with its local executor, a few at a time,
-or on SLURM as one job array per recipe.
+as submitit jobs (``accelrl.launch``): on this machine with its local executor, a few at a time,
+or elsewhere as one job array per recipe, through the ``JobArrays`` that the command was given
+(``python -m slurm.study``: SLURM's, ``slurm.study.run_slurm``).
 
 A finished cell (summary.json at the budget) is skipped, one with a checkpoint resumes with
 ``--resume``, one that a live process holds is left alone. Ctrl-C or SIGTERM stops the study:
@@ -11,18 +12,18 @@ stops; the same command resumes them.
 from __future__ import annotations
 
 import shlex
-import shutil
 import signal
 import threading
 import time
-import typing
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import submitit
 
+from accelrl.launch.job import local_executor, submit_jobs
+from accelrl.launch.plan import LaunchError, PlannedRun, load_recipe, plan_runs
 from accelrl.study import keep
 from accelrl.study.grid import (
     FINISHED,
@@ -34,8 +35,6 @@ from accelrl.study.grid import (
     GridError,
     cell_state,
 )
-from slurm import launch
-from slurm.plan import LaunchError, PlannedRun, load_recipe, plan_runs
 
 LOCAL_TIME_MIN = 30 * 24 * 60
 """Local jobs' time limit: none that a study on one machine would reach (submitit's local
@@ -52,6 +51,22 @@ class PlannedCell:
     """The parsed and validated config; None for a cell that does not run now."""
     args: list[str]
     """Its recipe flags (what the config was parsed from)."""
+
+
+class JobArrays(Protocol):
+    """Runs the cells that need it elsewhere, as one job array per recipe: printed
+    (``dry_run``, nothing submitted) or submitted; returns the exit code and raises
+    ``GridError`` (one line). accelrl has none: ``python -m slurm.study`` gives the study
+    SLURM's (``slurm.study.run_slurm``)."""
+
+    def __call__(
+        self,
+        grid: Grid,
+        planned: Sequence[PlannedCell],
+        *,
+        dry_run: bool,
+        out: Callable[[str], None] = print,
+    ) -> int: ...
 
 
 def plan_cells(
@@ -148,14 +163,12 @@ class _StopRequest:
             signal.signal(sig, handler)
 
 
-def local_options(grid: Grid, recipe: str) -> launch.LaunchOptions:
-    return launch.LaunchOptions(
-        recipe=recipe,
-        local=True,
-        time=LOCAL_TIME_MIN,
-        max_requeues=0,
-        folder=str(grid.dir / "logs" / "%j"),
-    )
+def start_here(grid: Grid, p: PlannedCell) -> submitit.Job:
+    """The cell's run as a submitit local job; its logs in the study folder's ``logs/``."""
+    assert p.run is not None
+    ex = local_executor(str(grid.dir / "logs" / "%j"), time_min=LOCAL_TIME_MIN, max_requeues=0)
+    (job,) = submit_jobs(ex, p.cell.algorithm.recipe, [p.run.cfg])
+    return job
 
 
 def keep_finished(grid: Grid, kept: Path | None, out: Callable[[str], None] = print) -> None:
@@ -189,8 +202,7 @@ def run_local(
         while running or (queue and stop.signum is None):
             while queue and len(running) < parallel and stop.signum is None:
                 p = queue.pop(0)
-                assert p.run is not None
-                (job,) = launch.submit(local_options(grid, p.cell.algorithm.recipe), [p.run])
+                job = start_here(grid, p)
                 started += 1
                 running.append((p, job))
                 out(f"[{started}/{total}] start {p.cell.name} ({p.state}); log "
@@ -224,8 +236,8 @@ def run_local(
 def stop_local_job(job: submitit.Job) -> None:
     """SIGTERM to a local job's controller, which passes it on to the run: the run writes a
     checkpoint at its next batch boundary and exits. (``job.cancel()`` sends SIGINT, which
-    local controllers ignore: ``slurm.launch`` starts them so; submitit keeps the controller's
-    ``Popen`` in ``_process``.)"""
+    local controllers ignore: ``accelrl.launch.job.submit_jobs`` starts them so; submitit keeps
+    the controller's ``Popen`` in ``_process``.)"""
     process = getattr(job, "_process", None)
     if process is not None and process.poll() is None:
         process.send_signal(signal.SIGTERM)
@@ -255,96 +267,6 @@ def _report_end(p: PlannedCell, job: submitit.Job, out: Callable[[str], None]) -
         + (f"mean return of the last 100 episodes {ret:.3g}, " if isinstance(ret, float) else "")
         + (f"{fps:.0f} frames/s" if isinstance(fps, float) else ""))  # fmt: skip
     return True
-
-
-# ---------------------------------------------------------------------------------------------
-# on SLURM
-
-_NOT_IN_GRID = {"recipe", "recipe_args", "sweep", "suite", "dry_run", "local", "wait"}
-
-
-def slurm_options(grid: Grid, recipe: str, *, dry_run: bool) -> launch.LaunchOptions:
-    """``slurm.launch`` options for one recipe's job array from the grid's [slurm] table."""
-    hints = typing.get_type_hints(launch.LaunchOptions)
-    allowed = {f.name for f in fields(launch.LaunchOptions)} - _NOT_IN_GRID
-    values: dict[str, Any] = {"folder": str(grid.dir / "slurm_logs" / "%j")}
-    for key, value in grid.slurm.items():
-        if key not in allowed:
-            raise GridError(f"{grid.path} [slurm]: unknown key {key!r}; known: "
-                            f"{sorted(allowed)}")  # fmt: skip
-        if not _fits(value, hints[key]):
-            raise GridError(f"{grid.path} [slurm] {key} = {value!r}: expected "
-                            f"{hints[key]}")  # fmt: skip
-        values[key] = value
-    opts = launch.LaunchOptions(recipe=recipe, dry_run=dry_run, **values)
-    try:
-        launch.check_options(opts)
-    except LaunchError as err:
-        raise GridError(f"{grid.path} [slurm]: {err}") from None
-    return opts
-
-
-def _fits(value: Any, hint: Any) -> bool:
-    """Whether a TOML value can stand for a field of type ``hint``."""
-    args = _types(hint)
-    if isinstance(value, bool):
-        return bool in args
-    if isinstance(value, int):
-        return int in args or float in args
-    if isinstance(value, float):
-        return float in args
-    if isinstance(value, list):
-        return list in args and all(isinstance(v, str) for v in value)
-    return type(value) in args
-
-
-def _types(hint: Any) -> set[type]:
-    origin = typing.get_origin(hint)
-    if origin is None:
-        return {hint}
-    if origin is list:
-        return {list}
-    return {t for a in typing.get_args(hint) for t in _types(a)}
-
-
-def run_slurm(
-    grid: Grid,
-    planned: Sequence[PlannedCell],
-    *,
-    dry_run: bool,
-    out: Callable[[str], None] = print,
-) -> int:
-    """One job array per recipe of the cells that need to run: printed (``dry_run``, no cluster
-    needed) or submitted through ``slurm.launch``. Raises ``GridError``."""
-    todo = run_order(planned)
-    if not todo:
-        out("nothing to run")
-        return 0
-    if not dry_run and shutil.which("sbatch") is None:
-        raise GridError("--slurm: no SLURM cluster found (sbatch not on PATH); run the grid here "
-                        "without --slurm, or print its job arrays with --print-array")  # fmt: skip
-    by_recipe: dict[str, list[PlannedCell]] = {}
-    for p in todo:
-        by_recipe.setdefault(p.cell.algorithm.recipe, []).append(p)
-    if not dry_run:
-        grid.write_record()
-    for recipe, cells in by_recipe.items():
-        opts = slurm_options(grid, recipe, dry_run=dry_run)
-        runs = [p.run for p in cells if p.run is not None]
-        try:
-            launch.check_launch(opts, runs)
-            if dry_run:
-                out(f"# {recipe}: a job array of {len(runs)} cell(s)")
-                out(launch.sbatch_script(opts, len(runs)).rstrip("\n"))
-                jobs = None
-            else:
-                jobs = launch.submit(opts, runs)
-        except LaunchError as err:
-            raise GridError(f"{grid.path}: {recipe}: {err}") from None
-        for i, p in enumerate(cells):
-            where = f"job {jobs[i].job_id}" if jobs else f"array index {i}"
-            out(f"# {where}: {p.cell.name} ({p.state}) -> {p.cell.run_dir}")
-    return 0
 
 
 def cpu_parallel(threads: int) -> int:

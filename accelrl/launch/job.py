@@ -1,10 +1,15 @@
 """What a submitted job runs: the callable that submitit pickles, starts in every task and
-requeues (``RecipeJob``). Kept apart from the launcher so that the job imports little."""
+requeues (``RecipeJob``), and its submission to an executor (``submit_jobs``; on this machine:
+``local_executor``). Kept apart from the planning so that the job imports little."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import signal
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -59,3 +64,52 @@ def _job_world_size() -> int:
         return submitit.JobEnvironment().num_tasks
     except RuntimeError:  # called outside a submitit job (e.g. directly from Python)
         return 1
+
+
+def local_executor(
+    folder: str,
+    *,
+    time_min: int,
+    max_requeues: int,
+    tasks_per_node: int = 1,
+    gpus_per_node: int = 0,
+    signal_delay_s: int = 120,
+) -> submitit.LocalExecutor:
+    """submitit's executor for jobs on this machine; ``folder`` holds their scripts, pickles
+    and logs (``%j``: the job id)."""
+    ex = submitit.LocalExecutor(folder, max_num_timeout=max_requeues)
+    ex.update_parameters(
+        timeout_min=time_min,
+        tasks_per_node=tasks_per_node,
+        gpus_per_node=gpus_per_node,
+        signal_delay_s=signal_delay_s,
+    )
+    return ex
+
+
+def submit_jobs(ex: submitit.Executor, recipe: str, cfgs: Sequence[Any]) -> list[submitit.Job]:
+    """One ``RecipeJob`` of the recipe module ``recipe`` per config: one job, or one job array
+    for several."""
+    local = isinstance(ex, submitit.LocalExecutor)
+    with _controllers_ignore_ctrl_c(local):
+        if len(cfgs) == 1:
+            return [ex.submit(RecipeJob(recipe, cfgs[0]))]
+        with ex.batch():
+            jobs = [ex.submit(RecipeJob(recipe, cfg)) for cfg in cfgs]
+        return jobs
+
+
+@contextlib.contextmanager
+def _controllers_ignore_ctrl_c(local: bool) -> Iterator[None]:
+    """Local jobs start with SIGINT ignored (a process inherits an ignored signal), so that a
+    terminal's Ctrl-C, which reaches the whole process group, stops each run through its own
+    handler (checkpoint at the next batch boundary) and not through submitit's controller,
+    which would send the run a second SIGINT and kill it a second later."""
+    if not local or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

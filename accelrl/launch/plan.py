@@ -19,11 +19,11 @@ from typing import Any
 
 from accelrl.checkpoint import list_checkpoints
 from accelrl.cli import FlagError, parse_flags, validate_recipe_config
-from accelrl.validate import ConfigError
+from accelrl.errors import ConfigError
 
 
 class LaunchError(ValueError):
-    """Input the launcher refuses before submitting anything; the message is one line."""
+    """Input refused before any job is submitted; the message is one line."""
 
 
 @dataclass
