@@ -7,9 +7,9 @@ undocumented structure that public attributes expose (a module's submodule layou
 a loss module's parameters): a release may change it without notice just the same.
 
 The first two are on the env's hot path (two new TensorDicts and one ``set`` per batched step)
-and stay private for speed only: the public calls validate every value, ~23 us more per step, 13%
-of a step of 8 CartPoles (~180 us) and 1% of 8 Pongs (~2.6 ms). Timings in the docstrings:
-``timeit``, 16 rows, the 10 keys of an Atari step, best of 7. The others reach what TorchRL has
+and stay private for speed only: the public calls validate every value, a cost that matters on
+small simulators' steps (docs/development-notes.md#torchrl-and-tensordict has the figures). The
+others reach what TorchRL has
 no public call for: the prioritized sampler's segment trees (``accelrl.replay_mass``), the
 fallback of a module's output write (``accelrl.models``), the parts of DQN's actor and loss
 that ``accelrl.algos.dqn`` runs directly, whether the CPU computes bf16 natively
@@ -48,10 +48,9 @@ def new_tensordict_unchecked(
     Every value must already have ``batch_size`` as its leading dims and, when ``device`` is
     given, live on it (nested TensorDicts too, with that device). Uses the private
     ``TensorDict._new_unsafe``; the public ``TensorDict(values, batch_size=...)`` validates each
-    key and takes 11.9 us instead of 1.3 us. Pass the device where it is known: ``td.to(device)``
-    returns a device-less TensorDict only after visiting every leaf (~120 us for a collector
-    step's dozen keys, once per step in TorchRL's collector and once per replay sample in the
-    loss), a TensorDict already on ``device`` at once (~10 us).
+    key, several times slower. Pass the device where it is known: ``td.to(device)`` returns a
+    device-less TensorDict only after visiting every leaf (once per step in TorchRL's collector
+    and once per replay sample in the loss), a TensorDict already on ``device`` at once.
     """
     return TensorDict._new_unsafe(dict(values), batch_size=batch_size, device=device)
 
@@ -61,7 +60,7 @@ def set_unchecked(tensordict: TensorDictBase, key: str, value: TensorDictBase) -
 
     ``value`` must have ``tensordict``'s batch size and device. Uses the private
     ``TensorDictBase._set_str(..., validated=True, inplace=False)``; the public
-    ``tensordict.set(key, value)`` validates ``value`` and takes 2.1 us instead of 0.13 us.
+    ``tensordict.set(key, value)`` validates ``value``, many times slower.
     """
     tensordict._set_str(key, value, validated=True, inplace=False)
 

@@ -185,8 +185,8 @@ class CompileConfig:
     async; each worker process compiles its own copy)."""
     cudagraphs: bool = False
     """Replay the acting policy's forward pass as a CUDA graph (TorchRL's ``cudagraph_policy``:
-    ``tensordict.nn.CudaGraphModule``); needs the policy on a CUDA device. Not yet run on a GPU
-    here (docs/performance.md)."""
+    ``tensordict.nn.CudaGraphModule``); needs the policy on a CUDA device
+    (docs/performance.md#compilation)."""
 
 
 @dataclass

@@ -25,8 +25,8 @@ Layout = dict[str, tuple[tuple[int, ...], torch.dtype]]
 def word_rows(t: torch.Tensor, n: int) -> torch.Tensor:
     """``t`` (``n`` frames) as ``[n, words]``, in int64 words when the frame size allows it.
 
-    ``index_put_`` and ``index_select`` move one element at a time: 8-byte words move uint8
-    frames about 4x faster than bytes.
+    ``index_put_`` and ``index_select`` move one element at a time, so 8-byte words move uint8
+    frames faster than bytes (docs/development-notes.md#pytorch-and-the-platform).
     """
     rows = t.reshape(n, -1)
     size = rows.element_size()
@@ -121,7 +121,7 @@ class FrameStorage:
         self.tensor_storage = TensorStorage(self.entries)
         # The per-step columns as NumPy arrays over the same memory (RAM or memmap): a TensorDict
         # lookup per read costs more than the read, and a NumPy gather of a few hundred elements
-        # ~1 us where torch.index_select costs ~10 (``benchmarks/dqn_update.py``).
+        # is faster than torch.index_select (docs/development-notes.md#pytorch-and-the-platform).
         self.columns = {k: v.numpy() for k, v in self.entries.items() if k != "frame"}
         self._frame_dtype = self.entries["frame"].dtype
         self._action_shape = tuple(self.entries["action"].shape[1:])

@@ -32,8 +32,8 @@ class _DirectWrite:
 
     ``TensorDictModule`` passes every output through ``TensorDict.from_any``, which for a plain
     tensor ends in ``importlib.util.find_spec("pandas")``: a scan of ``sys.path`` on every call
-    when pandas is not installed (tensordict 0.14; 59 us per call measured here, three calls per
-    actor-critic step). ``python -m benchmarks.module_write`` prints the ratio. Non-tensor
+    when pandas is not installed (tensordict 0.14; three calls per actor-critic step; the cost:
+    docs/development-notes.md#torchrl-and-tensordict). Non-tensor
     outputs still go through ``from_any``. Overrides tensordict's private hook of that name
     (``accelrl.compat`` lists it; ``tests/test_compat.py`` pins it). Outputs computed under
     bf16/fp16 autocast are written in fp32 (``accelrl.precision.full``): losses and batches
@@ -167,7 +167,8 @@ class MLP(nn.Module):
     Actor-critics use the policy-gradient convention (Tanh, orthogonal init with gain sqrt 2,
     as CleanRL and Stable-Baselines3); Q-networks use the DQN convention (ReLU, PyTorch's
     default init): action values grow to ~1/(1 - gamma), and a Tanh trunk with orthogonal init
-    saturates on the way (DQN on CartPole fell from a last-100 mean of ~250 to ~70 with it).
+    saturates on the way (it held DQN on CartPole far below its ReLU score:
+    docs/development-notes.md#settings-that-learn-cartpole-the-tests-use-them).
     """
 
     def __init__(
@@ -351,10 +352,9 @@ def acting_policy(model: ActorValueOperator) -> TensorDictModule:
 
     The ``ActorValueOperator`` writes the same action (one ``Categorical`` draw from the same
     random stream), log-prob and value, but reaches them through seven nested TensorDict modules
-    and also stores ``hidden`` and ``logits``, which no update reads. Measured on 2 idle cores
-    (``python -m benchmarks.module_write``): batch-8 Nature-CNN forward 1.04x faster, CartPole MLP
-    1.9x, an in-process Pong collector 1.065x. Collect with this; evaluate, export and checkpoint
-    the ``ActorValueOperator``.
+    and also stores ``hidden`` and ``logits``, which no update reads, so this is the faster
+    one (docs/results/module-write_ppo-policy_pong_2026-12-01.txt). Collect with this; evaluate,
+    export and checkpoint the ``ActorValueOperator``.
     """
     trunk = model[0]
     net = _ActingNet(

@@ -2,8 +2,9 @@
 
 PyTorch's ``torch.optim.RMSprop`` adds epsilon outside the square root and starts its running
 average of squared gradients at zero; TensorFlow adds it inside (``g / sqrt(v + eps)``) and
-starts the average at one. With the papers' eps = 1e-5 the PyTorch form takes steps up to ~300x
-larger while the average is small: A2C on CartPole climbed to ~250 and then collapsed with it.
+starts the average at one. With the papers' eps = 1e-5 the PyTorch form takes far larger steps
+while the average is small, and A2C on CartPole collapsed with it
+(docs/development-notes.md#optimisers).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class RMSpropTF(torch.optim.Optimizer):
 
 def adam(params: Iterable[torch.nn.Parameter], lr: float, eps: float) -> torch.optim.Adam:
     """PyTorch's Adam with its fused kernel (CPU and CUDA): one kernel for every parameter
-    instead of a dozen small ops per tensor. On a CartPole-sized Q-network (256x256 MLP) the
-    step takes 88-166 us instead of 239-484 us on one CPU thread (``benchmarks/learner_speed.py``
-    measures the whole update); the arithmetic is Adam's, to float rounding."""
+    instead of a dozen small ops per tensor, the faster step on a CPU
+    (docs/development-notes.md#pytorch-and-the-platform); the arithmetic is Adam's, to float
+    rounding."""
     return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)

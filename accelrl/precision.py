@@ -121,9 +121,8 @@ def choose(choice: str, device: torch.device, conv: bool, acting: bool = False) 
     if acting and kind == "cpu":
         return Precision(None, kind, "auto: acting batches on a CPU gained nothing from bf16")
     if kind == "cuda":
-        # Measured on an H200 (docs/results/gpu/): the Nature CNN's update at minibatch 256 ran
-        # 0.92x in bf16, a DQN step 0.88x, an acting step 0.64x; networks this small are bound
-        # by kernel launches, not by matrix throughput, and autocast adds casts.
+        # bf16 ran slower than fp32 on a GPU for these networks (docs/precision.md#on-a-gpu):
+        # they are bound by kernel launches, not by matrix throughput, and autocast adds casts.
         return Precision(None, kind, "auto: bf16 ran slower than fp32 for these networks on a GPU")
     if kind == "cpu" and cpu_has_native_bf16():
         return Precision(torch.bfloat16, kind, "auto: this CPU has native bf16 (oneDNN)")

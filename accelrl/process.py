@@ -132,11 +132,10 @@ def flush_denormals() -> None:
 
     Adam's first moment of a weight whose gradient is exactly zero (a dead ReLU unit) decays by
     0.9 per step and becomes subnormal after ~800 steps; x86 cores compute on subnormals through
-    a slow microcode path. Measured on 2 cores, DQN on CartPole (256x256 MLP, fused Adam, one
-    thread): the optimizer step grew from ~310 us to ~1.2 ms within 2k updates, and stayed at
-    ~310 us with subnormals flushed; the losses and gradient norms of a 6k-frame DQN and rainbow
-    run were identical to the printed digits. Threads started afterwards inherit the setting
-    (OpenMP's workers, when this comes before the first parallel region); no effect on GPUs.
+    a slow microcode path, which slows a small network's optimizer step several times over;
+    flushing leaves the losses unchanged to the printed digits (docs/performance.md#threads,
+    docs/development-notes.md#pytorch-and-the-platform). Threads started afterwards inherit the
+    setting (OpenMP's workers, when this comes before the first parallel region); no effect on GPUs.
     """
     torch.set_flush_denormal(True)
 

@@ -35,11 +35,10 @@ class A2CConfig:
 
     optimizer: Literal["rmsprop", "adam"] = "adam"
     """adam: PyTorch's Adam. rmsprop: TensorFlow's form (``accelrl.optim.RMSpropTF``), as OpenAI
-    baselines' A2C. With baselines' eps 1e-5 inside the square root, A2C's per-parameter
-    gradients on Atari (RMS 6e-5 to 7e-4 after clipping to norm 0.5) sit far below sqrt(eps)
-    = 3.2e-3, so RMSprop steps are SGD-like, 10-50x smaller than lr: on Breakout it stayed at
-    random play for 10M frames (recipe and plain loop alike), where Adam with the same lr and
-    eps scored 30 at 4M frames (plain loop 28; docs/results/learning.md)."""
+    baselines' A2C. Adam is the default because with baselines' eps 1e-5 inside the square
+    root, A2C's per-parameter gradients on Atari sit far below sqrt(eps), so RMSprop's steps
+    are SGD-like and much smaller than lr, and Breakout does not learn
+    (docs/results/learning.md#a2c)."""
     lr: float = 7e-4
     """Learning rate of the optimizer (scaled by --dist.lr-scaling with several ranks)."""
     anneal_lr: bool = True

@@ -118,9 +118,8 @@ def large_batch(batch_size: int, lr_at_32: float) -> dict:
     x sqrt(batch_size / 32); the target network copied every ``2000 x 32 / batch_size``
     updates. At the same training intensity an update of ``batch_size`` comes once per
     ``batch_size / 8`` agent steps, so the copy stays every 8,000 agent steps, as at batch 32
-    with the default 2000 updates. Kept at batch 32's count of updates, batch 512 copied it
-    16x less often per frame and scored 0.60x batch 32's on MinAtar Breakout; copied as often
-    per frame, 0.88x (docs/results/large-batches.md)."""
+    with the default 2000 updates: kept at batch 32's count of updates, the copy comes 16x less
+    often per frame at batch 512, which scored lower (docs/results/large-batches.md)."""
     return dict(
         batch_size=batch_size,
         lr=lr_at_32 * math.sqrt(batch_size / 32),
@@ -235,8 +234,9 @@ class GreedyQValueActor(QValueActor):
     action's value, under the keys ``QValueModule`` writes.
 
     TorchRL's path (a sequence of a TensorDict module and ``QValueModule``, with its key
-    filtering, spec shape checks and ``TensorDict.update``) cost 2-3x the CartPole Q-network's
-    own forward pass, at every acting step. Parameters, state dict and the loss modules' view
+    filtering, spec shape checks and ``TensorDict.update``) costs more than a small Q-network's
+    own forward pass, at every acting step (docs/development-notes.md#torchrl-and-tensordict).
+    Parameters, state dict and the loss modules' view
     of it are TorchRL's; masked actions and calls with extra arguments take TorchRL's path.
     """
 
@@ -422,14 +422,15 @@ class DQN:
         # Expected-value DQN computes its loss from the two networks directly (``_q_terms``):
         # TorchRL's DQNLoss swaps parameter TensorDicts into the network for each of its two or
         # three forward passes and builds several TensorDicts a step, which cost about as much
-        # as the update itself on CartPole-sized networks (``benchmarks/learner_speed.py``).
+        # as the update itself on small networks (docs/development-notes.md#torchrl-and-tensordict).
         # The loss module still owns the parameters, the target parameters (updated in place
         # by HardUpdate / SoftUpdate) and the checkpoint state; ``target_network`` is a copy
         # of the Q-network whose tensors *are* those target parameters, so it always holds the
         # current target weights (``tests/test_dqn_math.py`` checks both paths agree).
         # C51 likewise (``_c51_terms``): TorchRL's ``DistributionalDQNLoss`` runs three forward
-        # passes through parameter swaps and projects on the CPU in float32, and took 4x the
-        # plain loop's time for the loss on CartPole (``python -m benchmarks.dqn_update``).
+        # passes through parameter swaps and projects on the CPU in float32, several times the
+        # plain loop's time for the loss
+        # (docs/results/speed.md#the-dqn-update-next-to-the-plain-loops).
         # ``_loss_terms`` (TorchRL's loss modules themselves) stays as the oracle the tests
         # compare both with.
         self.target_network = copy.deepcopy(net).requires_grad_(False)
@@ -487,7 +488,8 @@ class DQN:
         rows = torch.arange(action.shape[0], device=action.device)
         # Logits [B, atoms, actions]: the atoms' (log-)softmax is taken only where it is used
         # (the taken action, the bootstrap action), and over the last dimension (a softmax
-        # over the middle one costs 2-3x on a CPU).
+        # over the middle one is slower on a CPU:
+        # docs/development-notes.md#pytorch-and-the-platform).
         log_p = self.q_network(sample.get(self.obs_key))[rows, :, action].log_softmax(-1)
         with torch.no_grad():
             support = self.support.to(log_p.dtype)

@@ -1,7 +1,7 @@
 """TorchRL's in-process ``Collector`` with a lean step path for accelrl's batched envs.
 
-Measured on zero-cost simulators (``python -m benchmarks.acting_overhead``), TorchRL's rollout
-cost 3-18x a plain loop's per-step time: a TensorDict per step from the env, the policy module's
+TorchRL's rollout costs several times a plain loop's per-step time on zero-cost simulators
+(docs/results/speed.md#acting-overhead): a TensorDict per step from the env, the policy module's
 key handling, every step's TensorDict kept and stacked into its batch at the end (a second pass
 over every observation), and that batch cloned before it is yielded (a third pass, into fresh
 memory whose first touch costs more than the copy). ``LeanCollector`` keeps ``Collector``'s

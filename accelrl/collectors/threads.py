@@ -49,25 +49,24 @@ class UpdateThreads:
     measurement.
 
     In a synchronous run the simulators wait while the learner updates, so the update may use
-    every core; but next to another busy process more threads are slower (measured on 2 cores,
-    PPO on Atari: 2 threads 1.58x faster than 1 on an idle machine, 0.65x as fast next to one
-    busy process). So the first updates alternate between the candidates (``learner_torch`` and
-    ``update_torch``), the one with the lower median time per unit of work wins, and every
-    ``probe_every`` updates the probe runs again in case the machine's load changed.
+    every core; but next to another busy process more threads are slower
+    (docs/performance.md#threads has the figures). So the first updates alternate between the
+    candidates (``learner_torch`` and ``update_torch``), the one with the lower median time per
+    unit of work wins, and every ``probe_every`` updates the probe runs again in case the
+    machine's load changed.
 
     An update made of many short steps (DQN's gradient steps) goes through ``steps``: its probe
     times only the first ``probe_steps`` steps, then the update goes on at the current choice, so
-    a probe of the slow count costs a few steps instead of a whole update (CartPole DQN next to
-    a busy process: 2 threads take 3.5x as long per step, and a whole-update probe cost ~7% of
-    a 50k-step run). Until the first window decides, updates run at the collection count.
+    a probe of the slow count costs a few steps instead of a whole update (next to a busy
+    process, a step on the slow count takes several times as long). Until the first window
+    decides, updates run at the collection count.
 
     ``probe_collection`` (simulators stepped in the learner process, synchronously): the
     collection between two updates (the time from the end of one update to the start of the
     next: the simulators' steps, the policy's batched inference, logging) is probed the same
     way, with twice the probes per count from the second collection after the warm-up update
     on (``_collect_slot``), so the policy's forward passes use every core when the simulators'
-    threads leave them idle (PPO on SpaceInvaders, idle 2-core machine: 1,143 frames/s with 2
-    threads for both phases vs 946 with collection at 1) and keep one next to a busy process.
+    threads leave them idle and keep one next to a busy process.
     """
 
     def __init__(
@@ -85,8 +84,7 @@ class UpdateThreads:
         self.count = 0
         self._times: dict[int, list[float]] = {c: [] for c in self.candidates}
         self._collect_candidates = self.candidates if probe_collection else [self.collect]
-        # Collections are shorter and noisier than updates (A2C on Pong: ~80 ms, +-10%): twice
-        # the probes per count.
+        # Collections are shorter and noisier than updates: twice the probes per count.
         self.collect_probes = 2 * probes
         self._collect_times: dict[int, list[float]] = {c: [] for c in self._collect_candidates}
         self._collecting: tuple[int, float] | None = None  # (threads, start) of a timed one
@@ -220,11 +218,11 @@ def plan_threads(
 ) -> ThreadPlan:
     """Derive thread counts from the core count unless set explicitly.
 
-    Measured on 2 cores: next to ALE's C++ threads, torch's default intra-op threads spin on
-    OpenMP barriers; a batch-8 Nature-CNN forward took 114 ms with the default threads and 2.4 ms
-    with one. So inference in collectors uses 1 thread, the learner a quarter of the cores (1 on
-    small machines) while collection runs, and the simulators of each env get the cores divided
-    among the workers. In a synchronous run (``overlapped`` False) the simulators and workers
+    Next to ALE's C++ threads, torch's default intra-op threads spin on OpenMP barriers and a
+    forward pass takes many times as long (docs/performance.md#threads). So inference in
+    collectors uses 1 thread, the learner a quarter of the cores (1 on small machines) while
+    collection runs, and the simulators of each env get the cores divided among the workers. In
+    a synchronous run (``overlapped`` False) the simulators and workers
     wait while the learner updates, so updates get every core (``update_torch``); when
     collection overlaps the updates (async or batched collectors, a replay feeder thread) they
     keep the learner's share. ``--threads.torch-threads`` fixes every torch count.

@@ -44,8 +44,8 @@ class WatchedCollector:
 
     ``learner_policy``: the module the learner updates. An in-process ``Collector`` that acts
     with that very module (no copy, no compiled wrapper) already acts with the new weights, so
-    ``update_policy_weights_()`` skips TorchRL's copy of every weight onto itself (0.8 ms a
-    batch, measured: ~0.6% of an A2C batch).
+    ``update_policy_weights_()`` skips TorchRL's copy of every weight onto itself (a cost per
+    batch: docs/development-notes.md#torchrl-and-tensordict).
     """
 
     def __init__(

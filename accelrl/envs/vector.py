@@ -358,8 +358,8 @@ class InfoFinalObsVectorEnv(SameStepVectorEnv):
     in ``info["final_obs"]`` (ale-py's vector env; the zero-cost simulators)."""
 
     def _final_obs(self, obs: np.ndarray, ended: np.ndarray, info: dict) -> np.ndarray:
-        # A copy and the few ended rows: ``np.where`` over the whole stack took 7x as long
-        # (5.0 ms against 0.7 ms for 256 stacks; ``python -m benchmarks.acting_overhead``).
+        # A copy and the few ended rows: faster than ``np.where`` over the whole stack
+        # (docs/performance.md#the-acting-path).
         out = obs.copy()
         out[ended] = info["final_obs"][ended]
         return out
