@@ -610,7 +610,4 @@ class DQN:
         self.optimizer.load_state_dict(state["optimizer"])
         if state.get("target") and hasattr(self.target, "load_state_dict"):
             self.target.load_state_dict(state["target"])
-        if "explore" in state:  # checkpoints before 2026-11-30 lack it
-            # Before 2026-12-01 it held epsilon only; the recipe sets frames after a resume.
-            explore = {"frames": self.explore.frames.clone(), **state["explore"]}
-            self.explore.load_state_dict(explore)
+        self.explore.load_state_dict(state["explore"])
