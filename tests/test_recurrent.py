@@ -647,3 +647,15 @@ def test_the_plain_lstm_loop_recomputes_its_collection_over_whole_sequences():
         logp = torch.distributions.Categorical(logits=logits).log_prob(batch["actions"])
         torch.testing.assert_close(logp, batch["logp"], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(values, batch["values"], rtol=1e-5, atol=1e-5)
+
+
+def test_the_flag_offers_every_recurrent_core():
+    """``accelrl.config`` is data only (no torch): its choices list ``accelrl.recurrent.CORES``'
+    names by hand, and this keeps the two the same."""
+    import typing
+
+    from accelrl.config import ModelConfig
+    from accelrl.recurrent import CORES
+
+    hints = typing.get_type_hints(ModelConfig)
+    assert typing.get_args(hints["recurrent"]) == ("none", *CORES)
