@@ -20,7 +20,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
-from torchrl.modules import LSTMModule
+from torchrl.modules import GRUModule, LSTMModule
 
 
 class LSTMGreedyStep(nn.Module):
@@ -46,6 +46,25 @@ class LSTMGreedyStep(nn.Module):
         return self.head(y[:, 0]).argmax(-1), h.transpose(0, 1), c.transpose(0, 1)
 
 
+class GRUGreedyStep(nn.Module):
+    """One step of a GRU actor-critic: trunk, GRU, policy head, argmax of the logits.
+
+    ``(obs [B, ...], h [B, layers, hidden]) -> (action [B], h)``, carried and zeroed by the
+    caller as ``LSTMGreedyStep``'s state is."""
+
+    state_names = ("h",)
+    """The state's input name in an exported file; the output is ``h_next``."""
+
+    def __init__(self, trunk: nn.Module, gru: nn.GRU, head: nn.Module) -> None:
+        super().__init__()
+        self.trunk, self.gru, self.head = trunk, gru, head
+
+    def forward(self, obs: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.trunk(obs).unsqueeze(1)  # [B, 1 step, features]; the GRU is batch first
+        y, h = self.gru(features, h.transpose(0, 1).contiguous())
+        return self.head(y[:, 0]).argmax(-1), h.transpose(0, 1)
+
+
 @dataclass(frozen=True)
 class RecurrentCore:
     """One kind of recurrent core."""
@@ -53,10 +72,10 @@ class RecurrentCore:
     name: str
     """Its ``--model.recurrent`` value."""
     module_class: type[TensorDictModuleBase]
-    """TorchRL's module for it (``LSTMModule``): one step at a time by default, whole ``[B, T]``
-    sequences cut at ``is_init`` under ``set_recurrent_mode(True)``."""
+    """TorchRL's module for it (``LSTMModule``, ``GRUModule``): one step at a time by default,
+    whole ``[B, T]`` sequences cut at ``is_init`` under ``set_recurrent_mode(True)``."""
     rnn_name: str
-    """The attribute of ``module_class`` that holds the torch RNN (``nn.LSTM``)."""
+    """The attribute of ``module_class`` that holds the torch RNN (``nn.LSTM``, ``nn.GRU``)."""
     state_keys: tuple[str, ...]
     """The state's TensorDict keys, in the order of the RNN's state tuple and of the exported
     step's inputs. The LSTM's are those of the checkpoints and exports written before this
@@ -96,7 +115,15 @@ LSTM = RecurrentCore(
     step=LSTMGreedyStep,
 )
 
-CORES: dict[str, RecurrentCore] = {core.name: core for core in (LSTM,)}
+GRU = RecurrentCore(
+    name="gru",
+    module_class=GRUModule,
+    rnn_name="gru",
+    state_keys=("recurrent_state",),
+    step=GRUGreedyStep,
+)
+
+CORES: dict[str, RecurrentCore] = {core.name: core for core in (LSTM, GRU)}
 """Every recurrent core by its ``--model.recurrent`` name (``accelrl.config.ModelConfig``
 lists the same names for the flag's choices)."""
 
@@ -138,6 +165,8 @@ def greedy_step(trunk: nn.Module, module: TensorDictModuleBase, head: nn.Module)
 
 __all__ = [
     "CORES",
+    "GRU",
+    "GRUGreedyStep",
     "LSTM",
     "LSTMGreedyStep",
     "RecurrentCore",

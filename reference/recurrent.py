@@ -3,7 +3,8 @@ parity test (``tests/test_recurrent.py``), written as a single-file implementati
 (CleanRL's PPO-LSTM): one ``nn.Module``, torch tensors, no TensorDict, no TorchRL.
 
 The network: a Tanh MLP trunk on vector observations (a CNN on frames would sit in the same
-place), one ``nn.LSTM`` layer, a policy and a value head on its output. Episodes start from a
+place), one ``nn.LSTM`` layer (``nn.GRU`` in ``GRUActorCritic``), a policy and a value head on
+its output. Episodes start from a
 zero state: ``unroll`` multiplies the state by ``1 - start`` before each step whose ``start`` is
 set (the first step of an episode), one step at a time. The PPO phase keeps each simulator's
 sequence whole and in time order: its minibatches are sets of simulators, each unrolled from
@@ -86,6 +87,36 @@ class LSTMActorCritic(nn.Module):
             out.append(y)
         y = torch.cat(out)
         return self.policy(y), self.value(y).squeeze(-1), (h, c)
+
+
+class GRUActorCritic(LSTMActorCritic):
+    """MLP trunk -> GRU -> policy and value heads (the recipes' ``--model.recurrent gru``, in
+    their parameter order); its state is ``(h,)``, reset and unrolled as the LSTM's."""
+
+    def build(self, trunk: nn.Module, features: int, num_actions: int, lstm_hidden: int) -> None:
+        self.trunk = trunk
+        self.gru = nn.GRU(features, lstm_hidden)
+        for name, param in self.gru.named_parameters():
+            if name.startswith("weight"):
+                nn.init.orthogonal_(param, 1.0)
+            else:
+                nn.init.zeros_(param)
+        self.policy = orth(nn.Linear(lstm_hidden, num_actions), 0.01)
+        self.value = orth(nn.Linear(lstm_hidden, 1), 1.0)
+
+    def unroll(
+        self, obs: torch.Tensor, state: State, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """As ``LSTMActorCritic.unroll``, with ``state`` = (h,)."""
+        features = self.features(obs)
+        (h,) = state
+        out = []
+        for t in range(obs.shape[0]):
+            keep = (1.0 - starts[t]).view(1, -1, 1)
+            y, h = self.gru(features[t : t + 1], h * keep)
+            out.append(y)
+        y = torch.cat(out)
+        return self.policy(y), self.value(y).squeeze(-1), (h,)
 
 
 def ppo_sequence_phase(
