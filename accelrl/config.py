@@ -121,12 +121,13 @@ class ModelConfig:
     mlp_hidden: tuple[int, ...] = (64, 64)
     """Hidden sizes of the MLP used for vector observations (Atari frames get the Nature CNN,
     MinAtar grids the MinAtar paper's small CNN: ``accelrl.models.conv_trunk``)."""
-    recurrent: Literal["none", "lstm"] = "none"
-    """Actor-critics (PPO, A2C): lstm puts an LSTM between the trunk and the policy and value
-    heads (``accelrl.models.make_recurrent_actor_critic``; docs/recurrent.md); none: the
-    feed-forward networks."""
+    recurrent: Literal["none", "lstm", "gru"] = "none"
+    """Actor-critics (PPO, A2C, APPO): a recurrent core between the trunk and the policy and
+    value heads, one of ``accelrl.recurrent.CORES`` (lstm: an LSTM, gru: a GRU;
+    docs/recurrent.md); none: the feed-forward networks."""
     lstm_hidden: int = 128
-    """Units of the LSTM with ``recurrent lstm`` (CleanRL's PPO-LSTM: 128)."""
+    """Units of the recurrent core, whichever it is (CleanRL's PPO-LSTM: 128; the name is the
+    flag's and the run folders' from before there was more than the LSTM)."""
 
 
 @dataclass

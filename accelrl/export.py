@@ -10,11 +10,12 @@ The exported model takes a batch of observations as the env writes them (``uint8
 (expected, for C51) Q-value. The agent is loaded as ``accelrl.play`` loads it (config.json,
 newest good checkpoint or ``--checkpoint``, safe load).
 
-A recurrent agent (``--model.recurrent lstm``) exports one step with its state as an input and
-an output: ``(obs, h, c) -> (action, h_next, c_next)``, ``h`` and ``c`` ``float32``
-``[B, 1, lstm_hidden]``. The caller carries ``h_next`` and ``c_next`` to the next step of the
-same simulator and passes zeros at an episode's first step (the exported model has no episode
-start input: zeroing the state is the reset).
+A recurrent agent (``--model.recurrent``) exports one step with its state as inputs and
+outputs: ``(obs, *state) -> (action, *state_next)``, each part of the state ``float32``
+``[B, 1, lstm_hidden]``, named by its core (``accelrl.recurrent``; the LSTM's
+``(obs, h, c) -> (action, h_next, c_next)``). The caller carries the next state to the next
+step of the same simulator and passes zeros at an episode's first step (the exported model has
+no episode start input: zeroing the state is the reset).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import tyro
 from torch import nn
 
 from accelrl.agent import Agent
-from accelrl.models import STATE_KEYS
 from accelrl.play import PlayConfig, PlayError, load_agent, run_tool
+from accelrl.recurrent import core_for_state
 
 
 def greedy_module(agent: Agent) -> nn.Module:
@@ -52,16 +53,12 @@ def example_input(run_cfg: Any, batch: int = 2) -> torch.Tensor:
 
 def example_inputs(agent: Agent, run_cfg: Any, batch: int = 2) -> tuple[torch.Tensor, ...]:
     """What ``agent.export_module()`` is traced on: observations, and a recurrent agent's state
-    (``initial_state``'s ``STATE_KEYS``: ``h``, ``c``)."""
+    (``initial_state``, in its core's order of ``state_keys``)."""
     state = agent.initial_state(batch)
     obs = example_input(run_cfg, batch)
     if state is None:
         return (obs,)
-    return (obs, *(state[key] for key in STATE_KEYS))
-
-
-STATE_NAMES = ("h", "c")
-"""The ONNX names of a recurrent module's state inputs; its outputs are ``NAME_next``."""
+    return (obs, *(state[key] for key in core_for_state(state).state_keys))
 
 
 def save_module(
@@ -72,10 +69,10 @@ def save_module(
     inputs = example if isinstance(example, tuple) else (example,)
     out.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
-        # nn.LSTM re-reads its weights into ``_flat_weights`` when torch.export swaps its
-        # parameters in; the program holds them as parameters all the same (lstm.weight_* in
-        # its state_dict), so this warning says nothing about the file.
-        warnings.filterwarnings("ignore", "The tensor attributes self.lstm._flat_weights")
+        # A torch RNN (nn.LSTM) re-reads its weights into ``_flat_weights`` when torch.export
+        # swaps its parameters in; the program holds them as parameters all the same
+        # (lstm.weight_* in its state_dict), so this warning says nothing about the file.
+        warnings.filterwarnings("ignore", r"The tensor attributes self\.\w+\._flat_weights")
         trace(module, inputs, out)
 
 
@@ -93,7 +90,8 @@ def trace(module: nn.Module, inputs: tuple[torch.Tensor, ...], out: Path) -> Non
             "ONNX export needs onnx and onnxscript: pip install onnx onnxscript "
             "(or write a .pt2 file)"
         ) from None
-    state = STATE_NAMES[: len(inputs) - 1]
+    # A recurrent step names its state inputs (``accelrl.recurrent``); the outputs are NAME_next.
+    state = getattr(module, "state_names", ())
     torch.onnx.export(
         module,
         inputs,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import (
     InteractionType,
     TensorDictModule,
@@ -21,10 +21,11 @@ from tensordict.nn import (
 )
 from tensordict.nn.probabilistic import interaction_type
 from torch import nn
-from torchrl.modules import ActorValueOperator, LSTMModule, ProbabilisticActor, ValueOperator
+from torchrl.modules import ActorValueOperator, ProbabilisticActor, ValueOperator
 
 from accelrl.compat import write_outputs
 from accelrl.precision import full
+from accelrl.recurrent import CORES, LSTM, core_of
 
 
 class _DirectWrite:
@@ -200,8 +201,9 @@ def make_actor_critic(
 ) -> ActorValueOperator:
     """Categorical policy and value heads over a common module.
 
-    ``recurrent="lstm"``: ``make_recurrent_actor_critic`` (a trunk, an LSTM, both heads on its
-    output); None: the feed-forward networks below.
+    ``recurrent``: a core of ``accelrl.recurrent.CORES`` (``"lstm"``):
+    ``make_recurrent_actor_critic`` (a trunk, the core, both heads on its output); None: the
+    feed-forward networks below.
 
     Frames and grids (``[C, H, W]`` uint8): one conv trunk shared by both heads, as in the
     Atari papers (``conv_trunk``: the Nature CNN, or the MinAtar CNN for small grids). Vector
@@ -213,10 +215,15 @@ def make_actor_critic(
     ``get_value_operator()`` writes ``state_value`` [..., 1].
     """
     if recurrent is not None:
-        if recurrent != "lstm":
-            raise ValueError(f"recurrent must be None or 'lstm', not {recurrent!r}")
+        if recurrent not in CORES:
+            raise ValueError(f"recurrent must be None or one of {sorted(CORES)}, not {recurrent!r}")
         return make_recurrent_actor_critic(
-            obs_key, obs_shape, num_actions, mlp_hidden=mlp_hidden, lstm_hidden=lstm_hidden
+            obs_key,
+            obs_shape,
+            num_actions,
+            mlp_hidden=mlp_hidden,
+            recurrent=recurrent,
+            lstm_hidden=lstm_hidden,
         )
     conv = conv_trunk(obs_shape)
     if conv is not None:
@@ -251,10 +258,11 @@ def with_heads(
     return ActorValueOperator(common, actor, critic)
 
 
-STATE_KEYS = ("recurrent_state_h", "recurrent_state_c")
+STATE_KEYS = LSTM.state_keys
 """The LSTM's state in a TensorDict: hidden and cell, each ``[..., 1, lstm_hidden]`` (one
 layer), written for the next step under ``"next"`` and carried to the root by the env's
-``step_mdp`` (``accelrl.envs.with_state`` registers them with the env)."""
+``step_mdp`` (``accelrl.envs.with_state`` registers them with the env). Every core's keys:
+``accelrl.recurrent.CORES``."""
 
 
 def make_recurrent_actor_critic(
@@ -263,19 +271,20 @@ def make_recurrent_actor_critic(
     num_actions: int,
     *,
     mlp_hidden: Sequence[int] = (64, 64),
+    recurrent: str = "lstm",
     lstm_hidden: int = 256,
 ) -> ActorValueOperator:
     """A recurrent actor-critic: the observation's trunk (``conv_trunk``'s CNN on frames and
-    grids, one ``MLP`` of ``mlp_hidden`` on vectors, shared by both heads), TorchRL's
-    ``LSTMModule`` of ``lstm_hidden`` units, then the policy and value heads on its output.
+    grids, one ``MLP`` of ``mlp_hidden`` on vectors, shared by both heads), the core
+    ``recurrent`` of ``accelrl.recurrent.CORES`` (TorchRL's ``LSTMModule`` for ``"lstm"``) of
+    ``lstm_hidden`` units, then the policy and value heads on its output.
 
     The common module reads the observation, ``is_init`` (``InitTracker``: True at the first
-    step of an episode, where the LSTM starts from zeros) and ``STATE_KEYS``; it writes
+    step of an episode, where the core starts from zeros) and the core's state keys; it writes
     ``features``, ``hidden`` and the next state under ``"next"``. One step at a time by
     default (collection, evaluation, play); under ``set_recurrent_mode(True)`` over ``[B, T]``
     sequences (the updates), where sequences are cut at ``is_init`` and each piece starts from
-    its stored state. The LSTM is initialised as CleanRL's LSTM agent: orthogonal weights,
-    zero biases.
+    its stored state.
     """
     conv = conv_trunk(obs_shape)
     if conv is not None:
@@ -285,43 +294,24 @@ def make_recurrent_actor_critic(
         mlp = MLP(int(math.prod(obs_shape)), mlp_hidden)
         trunk = nn.Sequential(flat, mlp)
         trunk.out_features = mlp.out_features
-    lstm = LSTMModule(
-        input_size=trunk.out_features,
-        hidden_size=lstm_hidden,
-        in_keys=["features", *STATE_KEYS, "is_init"],
-        out_keys=["hidden", *(("next", key) for key in STATE_KEYS)],
-        recurrent_backend="pad",
-    )
-    for name, param in lstm.lstm.named_parameters():
-        if name.startswith("weight"):
-            nn.init.orthogonal_(param, 1.0)
-        else:
-            nn.init.zeros_(param)
+    core = CORES[recurrent].build(trunk.out_features, lstm_hidden)
     common = TensorDictSequential(
-        DirectTensorDictModule(trunk, in_keys=[obs_key], out_keys=["features"]), lstm
+        DirectTensorDictModule(trunk, in_keys=[obs_key], out_keys=["features"]), core
     )
     policy_net = orthogonal_(nn.Linear(lstm_hidden, num_actions), 0.01)
     value_net = orthogonal_(nn.Linear(lstm_hidden, 1), 1.0)
     return with_heads(common, policy_net, value_net)
 
 
-def recurrent_core(model: ActorValueOperator) -> LSTMModule | None:
-    """``model``'s ``LSTMModule`` (``make_recurrent_actor_critic``), or None: feed-forward."""
+def recurrent_core(model: ActorValueOperator) -> TensorDictModuleBase | None:
+    """``model``'s recurrent core module (``make_recurrent_actor_critic``; its kind:
+    ``accelrl.recurrent.core_of``), or None: feed-forward."""
     common = model[0]
     if isinstance(common, TensorDictSequential):
         for module in common.module:
-            if isinstance(module, LSTMModule):
+            if core_of(module) is not None:
                 return module
     return None
-
-
-def zero_state(core: LSTMModule, num_envs: int) -> TensorDict:
-    """``STATE_KEYS`` as zeros for ``num_envs`` simulators (an episode's first state), on the
-    LSTM's device and in its dtype."""
-    weight = core.lstm.weight_hh_l0
-    layers, width = core.lstm.num_layers, core.lstm.hidden_size
-    zeros = torch.zeros(num_envs, layers, width, dtype=weight.dtype, device=weight.device)
-    return TensorDict({key: zeros.clone() for key in STATE_KEYS}, [num_envs], device=weight.device)
 
 
 class _ActingNet(nn.Module):
@@ -439,26 +429,6 @@ class GreedyActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.head(self.trunk(obs)).argmax(-1)
-
-
-class RecurrentGreedyActorCritic(nn.Module):
-    """One step of a recurrent actor-critic: trunk, LSTM, policy head, argmax of the logits.
-
-    ``(obs [B, ...], h [B, layers, hidden], c [B, layers, hidden]) -> (action [B], h, c)``: the
-    state in the layout of ``STATE_KEYS`` (batch first). The caller carries the returned state
-    to the next step and zeros it where an episode starts (there is no ``is_init`` input)."""
-
-    def __init__(self, trunk: nn.Module, lstm: nn.LSTM, head: nn.Module) -> None:
-        super().__init__()
-        self.trunk, self.lstm, self.head = trunk, lstm, head
-
-    def forward(
-        self, obs: torch.Tensor, h: torch.Tensor, c: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        features = self.trunk(obs).unsqueeze(1)  # [B, 1 step, features]; the LSTM is batch first
-        state = (h.transpose(0, 1).contiguous(), c.transpose(0, 1).contiguous())
-        y, (h, c) = self.lstm(features, state)
-        return self.head(y[:, 0]).argmax(-1), h.transpose(0, 1), c.transpose(0, 1)
 
 
 class GreedyQ(nn.Module):

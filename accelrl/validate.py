@@ -15,6 +15,7 @@ from accelrl import precision
 from accelrl.config import CollectorConfig, EnvConfig, rows_per_batch
 from accelrl.envs import UnknownGame, backend_for, selectable_backends
 from accelrl.errors import ConfigError, check_finite, check_positive
+from accelrl.recurrent import CORES
 
 SEED_MAX = 2**32 - 1
 """The largest ``--seed``: NumPy's legacy generator and MinAtar's take seeds below 2**32."""
@@ -148,13 +149,14 @@ def validate_compile(cfg: Any) -> None:
 
 
 def validate_recurrent(cfg: Any, minibatches: int = 1) -> None:
-    """``--model.recurrent lstm`` runs where its state is carried: every collector kind, in
-    process or in worker processes (the simulators carry it, ``accelrl.envs.with_state``), but
-    every simulator in its own row (no ale-py async mode), eager loss, and ``minibatches``
-    dividing the simulators (minibatches hold whole sequences of whole simulators)."""
+    """``--model.recurrent`` (a core of ``accelrl.recurrent.CORES``) runs where its state is
+    carried: every collector kind, in process or in worker processes (the simulators carry it,
+    ``accelrl.envs.with_state``), but every simulator in its own row (no ale-py async mode),
+    eager loss, and ``minibatches`` dividing the simulators (minibatches hold whole sequences of
+    whole simulators)."""
     m = cfg.model
-    if m.recurrent not in ("none", "lstm"):
-        raise ConfigError("model.recurrent", m.recurrent, "must be none or lstm")
+    if m.recurrent != "none" and m.recurrent not in CORES:
+        raise ConfigError("model.recurrent", m.recurrent, f"must be none or {' or '.join(CORES)}")
     if not m.mlp_hidden or min(m.mlp_hidden) < 1:
         raise ConfigError(
             "model.mlp_hidden", " ".join(map(str, m.mlp_hidden)), "must be one or more sizes > 0"

@@ -9,6 +9,9 @@ drives the recipe and its plain loop.
   checkpoints and the batch plan shared by the Atari loops; ``reference.atari_actor_critic``
   (``plain_ppo``, ``plain_a2c``) and ``reference.atari_dqn`` (``plain_dqn``) are the loops. The
   throughput reference of ``benchmarks.run`` and the oracle of the parity tests.
+- ``reference.recurrent``: the recurrent actor-critics and their PPO and A2C loops (what
+  ``plain_ppo`` and ``plain_a2c`` run for a recurrent config); ``reference.actor_critic_parts``:
+  the batch and the objectives both actor-critic families share.
 - ``reference.classic``: the CartPole-v1 loops (``plain_dqn``, ``plain_ppo``, ``plain_a2c``), the
   learning reference of ``benchmarks.learning_cartpole`` and the CartPole tests;
   ``reference.cartpole_presets`` holds their settings, once.

@@ -3,7 +3,8 @@ parity test (``tests/test_recurrent.py``), written as a single-file implementati
 (CleanRL's PPO-LSTM): one ``nn.Module``, torch tensors, no TensorDict, no TorchRL.
 
 The network: a Tanh MLP trunk on vector observations (a CNN on frames would sit in the same
-place), one ``nn.LSTM`` layer, a policy and a value head on its output. Episodes start from a
+place), one ``nn.LSTM`` layer (``nn.GRU`` in ``GRUActorCritic``), a policy and a value head on
+its output. Episodes start from a
 zero state: ``unroll`` multiplies the state by ``1 - start`` before each step whose ``start`` is
 set (the first step of an episode), one step at a time. The PPO phase keeps each simulator's
 sequence whole and in time order: its minibatches are sets of simulators, each unrolled from
@@ -28,16 +29,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from reference.actor_critic_parts import Rollout, a2c_objective, ppo_minibatch
 from reference.atari import BatchLog, Checkpoint, Record, VecAtari, nature_convs, nature_features
 from reference.atari import setup as setup_loop
-from reference.atari_actor_critic import Rollout, a2c_objective, ppo_minibatch
 from reference.common import RMSpropTF, anneal_lr, clipped_step, orth, require
 
 if TYPE_CHECKING:  # the recipes' config dataclasses, for annotations only
     from recipes.a2c_atari import Config as A2CRecipeConfig
     from recipes.ppo_atari import Config as PPORecipeConfig
 
-State = tuple[torch.Tensor, torch.Tensor]
+State = tuple[torch.Tensor, ...]
+"""A recurrent network's state: its RNN's tensors (the LSTM's h and c), each ``[1, B, hidden]``."""
 
 
 class LSTMActorCritic(nn.Module):
@@ -70,9 +72,9 @@ class LSTMActorCritic(nn.Module):
     def unroll(
         self,
         obs: torch.Tensor,
-        state: tuple[torch.Tensor, torch.Tensor],
+        state: State,
         starts: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    ) -> tuple[torch.Tensor, torch.Tensor, State]:
         """``obs`` ``[T, B, obs_size]`` from ``state`` (h, c of ``[1, B, lstm_hidden]``),
         zeroing the state before every step where ``starts`` ``[T, B]`` is 1. Returns logits
         ``[T, B, actions]``, values ``[T, B]`` and the state after the last step."""
@@ -87,11 +89,41 @@ class LSTMActorCritic(nn.Module):
         return self.policy(y), self.value(y).squeeze(-1), (h, c)
 
 
+class GRUActorCritic(LSTMActorCritic):
+    """MLP trunk -> GRU -> policy and value heads (the recipes' ``--model.recurrent gru``, in
+    their parameter order); its state is ``(h,)``, reset and unrolled as the LSTM's."""
+
+    def build(self, trunk: nn.Module, features: int, num_actions: int, lstm_hidden: int) -> None:
+        self.trunk = trunk
+        self.gru = nn.GRU(features, lstm_hidden)
+        for name, param in self.gru.named_parameters():
+            if name.startswith("weight"):
+                nn.init.orthogonal_(param, 1.0)
+            else:
+                nn.init.zeros_(param)
+        self.policy = orth(nn.Linear(lstm_hidden, num_actions), 0.01)
+        self.value = orth(nn.Linear(lstm_hidden, 1), 1.0)
+
+    def unroll(
+        self, obs: torch.Tensor, state: State, starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """As ``LSTMActorCritic.unroll``, with ``state`` = (h,)."""
+        features = self.features(obs)
+        (h,) = state
+        out = []
+        for t in range(obs.shape[0]):
+            keep = (1.0 - starts[t]).view(1, -1, 1)
+            y, h = self.gru(features[t : t + 1], h * keep)
+            out.append(y)
+        y = torch.cat(out)
+        return self.policy(y), self.value(y).squeeze(-1), (h,)
+
+
 def ppo_sequence_phase(
     model: LSTMActorCritic,
     opt: torch.optim.Optimizer,
     batch: tuple[torch.Tensor, ...],
-    state: tuple[torch.Tensor, torch.Tensor],
+    state: State,
     p: Any,
     clip: float,
 ) -> torch.Tensor:
@@ -107,7 +139,7 @@ def ppo_sequence_phase(
         order = torch.randperm(envs)
         for i in range(0, envs, size):
             idx = order[i : i + size]
-            mb_state = (state[0][:, idx], state[1][:, idx])
+            mb_state = tuple(x[:, idx] for x in state)
             logits, value, _ = model.unroll(obs[:, idx], mb_state, starts[:, idx])
             mb = tuple(x[:, idx] for x in collected)
             loss, kl, clipped = ppo_minibatch(logits, value, mb, p, clip)
@@ -119,7 +151,7 @@ def ppo_sequence_phase(
 def a2c_sequence_loss(
     model: LSTMActorCritic,
     batch: tuple[torch.Tensor, ...],
-    state: tuple[torch.Tensor, torch.Tensor],
+    state: State,
     a: Any,
 ) -> torch.Tensor:
     """A2C's loss on ``batch`` = (obs, starts, actions, returns), each ``[T, B, ...]``, every
@@ -185,7 +217,7 @@ class RecurrentRollout(Rollout):
             self.start = torch.from_numpy(self.env.ended).to(self.device, torch.float32)
             if final is not None:  # truncated episodes bootstrap from their last frame
                 rows = torch.from_numpy(np.flatnonzero(truncated)).to(self.device)
-                last = (state[0][:, rows], state[1][:, rows])
+                last = tuple(x[:, rows] for x in state)
                 frames = torch.from_numpy(final).to(self.device)[None]
                 v = self.model.unroll(frames, last, self.start[None, rows] * 0)[1][0]
                 self.trunc_values[t] = (rows, v)

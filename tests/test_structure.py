@@ -31,13 +31,6 @@ DYNAMIC = {
 }
 """Modules allowed an ``importlib.import_module`` of a name known only at run time."""
 
-KNOWN = {
-    # fixed on the structure branch; remove when merged
-    "cycle: reference.atari_actor_critic -> reference.recurrent -> reference.atari_actor_critic",
-}
-"""Violations found today that are being fixed elsewhere; anything else fails."""
-
-
 @dataclass(frozen=True)
 class Import:
     source: str
@@ -232,10 +225,7 @@ def layer_violations(imports: list[Import]) -> list[str]:
 def test_imports_keep_the_layers_apart_and_form_no_cycle():
     imports, dynamic = repo_imports()
     found = set(layer_violations(imports)) | set(cycles(imports))
-    new = sorted(found - KNOWN)
-    assert not new, "new import violations:\n" + "\n".join(new)
-    gone = sorted(KNOWN - found)
-    assert not gone, "fixed, remove from KNOWN:\n" + "\n".join(gone)
+    assert not found, "import violations:\n" + "\n".join(sorted(found))
     unlisted = [d for d in dynamic if d.split(":")[0] not in DYNAMIC]
     assert not unlisted, (
         f"import_module of a name read at run time: {unlisted}; name the module literally, "

@@ -14,14 +14,9 @@ from torchrl.objectives.value import GAE
 from accelrl import distributed
 from accelrl.distributed import average_gradients
 from accelrl.errors import RunFailure
-from accelrl.models import (
-    GreedyActorCritic,
-    RecurrentGreedyActorCritic,
-    acting_policy,
-    recurrent_core,
-    zero_state,
-)
+from accelrl.models import GreedyActorCritic, acting_policy, recurrent_core
 from accelrl.precision import FP32, FP32_PLAN, Plan, Precision
+from accelrl.recurrent import greedy_step, zero_state
 
 
 def mark_boundaries(batch: TensorDictBase, life_loss: bool) -> None:
@@ -75,7 +70,7 @@ def advantages(
 ) -> TensorDictBase:
     """``advantage`` and ``value_target`` for a ``[..., T]`` batch, flattened to ``[N]``, or
     with ``sequences`` (a recurrent policy) to ``[rows, T]``: one whole sequence of each
-    simulator, in time order, for the updates to run the LSTM over.
+    simulator, in time order, for the updates to run the recurrent core over.
 
     Trunk features stored during collection (``hidden``; a recurrent trunk's ``features`` and
     the ``logits``) are dropped: losses recompute them with gradients. The critic runs in the
@@ -263,7 +258,7 @@ class ActorCriticLearner:
         # the loss module as one torch.compile graph; backward and optimizer step stay eager.
         self.objective = torch.compile(self._objective) if compile_loss else self._objective
         self.model = model
-        # A recurrent actor-critic's LSTM (``accelrl.models.make_recurrent_actor_critic``), or
+        # A recurrent actor-critic's core module (``accelrl.recurrent``: an LSTM), or
         # None. Recurrent: collectors act with the ``ActorValueOperator`` itself, which reads
         # and writes the state; updates run it over whole sequences (``sequences``).
         self.core = recurrent_core(model)
@@ -302,7 +297,7 @@ class ActorCriticLearner:
         with self.precision.autocast():
             if self.core is None:
                 return self.loss(self.trunk(batch))
-            # ``[B, T]`` sequences: the LSTM runs over time from each sequence's stored first
+            # ``[B, T]`` sequences: the core runs over time from each sequence's stored first
             # state, restarting from zeros at every ``is_init`` (an episode's first step).
             with set_recurrent_mode(True):
                 return self.loss(self.trunk(batch))
@@ -316,13 +311,14 @@ class ActorCriticLearner:
         """The greedy actor as a plain module: the trunk's and the policy head's networks
         without TensorDicts (the first module of each ``TensorDictSequential``, by its public
         indexing); observation in, ``argmax`` of the logits out. A recurrent actor-critic's
-        also takes and returns its state: ``(obs, h, c) -> (action, h, c)``
-        (``RecurrentGreedyActorCritic``; the caller zeros the state at an episode's start)."""
+        also takes and returns its state: ``(obs, *state) -> (action, *state)``, the core's
+        step (``accelrl.recurrent.greedy_step``; the caller zeros the state at an episode's
+        start)."""
         trunk = self.model.get_policy_operator()[0].module
         head = self.model.get_policy_head()[0].module
         if self.core is not None:
-            # The common module is TensorDictSequential(trunk, LSTMModule).
-            return RecurrentGreedyActorCritic(trunk[0].module, self.core.lstm, head).eval()
+            # The common module is TensorDictSequential(trunk, the core's module).
+            return greedy_step(trunk[0].module, self.core, head).eval()
         return GreedyActorCritic(trunk, head).eval()
 
     def networks(self) -> list[torch.nn.Module]:
@@ -330,8 +326,8 @@ class ActorCriticLearner:
         return [self.model, self.loss]
 
     def initial_state(self, num_envs: int) -> TensorDictBase | None:
-        """Zeros of the LSTM's ``STATE_KEYS`` for ``num_envs`` simulators, or None for a
-        feed-forward actor-critic."""
+        """Zeros of the core's state keys for ``num_envs`` simulators
+        (``accelrl.recurrent.zero_state``), or None for a feed-forward actor-critic."""
         return None if self.core is None else zero_state(self.core, num_envs)
 
     def state_dict(self) -> dict:
