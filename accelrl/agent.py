@@ -1,16 +1,16 @@
-"""The agent contract: what the run folder, evaluation, ``accelrl.play`` and ``accelrl.export``
-need of a learner.
+"""The agent contract: what the run folder, evaluation, ``accelrl.tools.play`` and
+``accelrl.tools.export`` need of a learner.
 
 Every learner (``accelrl.algos``: ``PPO``, ``A2C``, ``DQN``; APPO is a ``PPO``) has:
 
 - ``collect_policy``: what collectors act with (TensorDict in; ``action`` and whatever the
   update reads, e.g. ``action_log_prob`` and ``state_value``, out);
-- ``eval_policy``: what evaluation episodes, videos and ``accelrl.play`` act with; greedy under
-  ``InteractionType.DETERMINISTIC``, sampled under ``RANDOM`` (the DQN family: eps-greedy at
+- ``eval_policy``: what evaluation episodes, videos and ``accelrl.tools.play`` act with; greedy
+  under ``InteractionType.DETERMINISTIC``, sampled under ``RANDOM`` (the DQN family: eps-greedy at
   ``--dqn.eval-eps``);
 - ``export_module()``: a plain ``nn.Module``, observation tensor in, greedy action out, sharing
-  the agent's weights (``accelrl.export`` traces it); a recurrent policy's takes and returns its
-  state too, ``(obs, h, c) -> (action, h, c)``, zeroed by the caller at an episode's start;
+  the agent's weights (``accelrl.tools.export`` traces it); a recurrent policy's takes and returns
+  its state too, ``(obs, h, c) -> (action, h, c)``, zeroed by the caller at an episode's start;
 - ``networks()``: every module whose parameters and buffers the checkpoint holds, in a fixed
   order (rank 0's weights are broadcast over them; checksums and the non-finite check read
   them);

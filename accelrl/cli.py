@@ -16,8 +16,8 @@ import tyro
 
 from accelrl.config import mark_given
 from accelrl.errors import ConfigError, RunFailure
-from accelrl.run_folder import RunInterrupted
-from accelrl.run_record import dumps
+from accelrl.run.folder import RunInterrupted
+from accelrl.run.record import dumps
 from accelrl.validate import validate_common
 
 C = TypeVar("C")

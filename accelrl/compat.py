@@ -10,7 +10,7 @@ The first two are on the env's hot path (two new TensorDicts and one ``set`` per
 and stay private for speed only: the public calls validate every value, a cost that matters on
 small simulators' steps (docs/development-notes.md#torchrl-and-tensordict has the figures). The
 others reach what TorchRL has
-no public call for: the prioritized sampler's segment trees (``accelrl.replay_mass``), the
+no public call for: the prioritized sampler's segment trees (``accelrl.replay.sampler``), the
 fallback of a module's output write (``accelrl.models``), the parts of DQN's actor and loss
 that ``accelrl.algos.dqn`` runs directly, whether the CPU computes bf16 natively
 (``accelrl.precision``), and TorchRL's in-process collector's root and a storage's use count
@@ -71,7 +71,7 @@ def segment_trees(sampler: PrioritizedSampler) -> tuple[Any, Any]:
     Private ``PrioritizedSampler._sum_tree`` / ``_min_tree`` (checked against TorchRL 0.14.1).
     TorchRL writes them only through ``update_priority``, which stores ``(p + eps) ** alpha``
     and so cannot give a slot exactly zero mass, and draws only with its importance weights;
-    the frame replay needs both (``accelrl.replay_mass``). Fetch them again after
+    the frame replay needs both (``accelrl.replay.sampler``). Fetch them again after
     ``load_state_dict``, which replaces them.
     """
     return sampler._sum_tree, sampler._min_tree

@@ -6,7 +6,7 @@ Recipes compose these sections into one ``Config`` dataclass; tyro turns it into
 Units: a flag ending in ``_frames`` counts emulator frames (agent steps x frameskip, the paper's
 unit: ``total_frames``, ``eval_every_frames``, ``learning_starts_frames`` ...); one ending in
 ``_steps`` counts agent steps (``collector.steps_per_batch``, ``log.video_max_steps``). The
-conversion is ``accelrl.envs.frames_per_step`` (``accelrl.progress.Progress`` counts with it).
+conversion is ``accelrl.envs.frames_per_step`` (``accelrl.run.progress.Progress`` counts with it).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ A ``RunFailure`` (a non-finite loss, a checkpoint that cannot be written or read
 worker that died or hangs, a lost data-parallel peer, a replay feeder that stopped) ends the
 run with one line on the command line (``accelrl.cli``): the error, then ``where``, which the
 run folder fills in when the error leaves its ``with`` block (frames, update, latest
-checkpoint); exit code 3. A stop signal is a ``RunInterrupted`` (``accelrl.run_folder``).
+checkpoint); exit code 3. A stop signal is a ``RunInterrupted`` (``accelrl.run.folder``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ and accumulate in fp32 inside the kernel. Everything else stays fp32, on purpose
 
 - weights (the master copy), gradients and optimizer state: one Adam step moves a weight by
   about lr (1e-4 .. 1e-3) relative to its size or less, below bf16's resolution of 2^-8 relative,
-  so bf16 weights would mostly not move. Checkpoints and ``accelrl.export`` hold these fp32
+  so bf16 weights would mostly not move. Checkpoints and ``accelrl.tools.export`` hold these fp32
   weights, so they are the same whichever precision trained or resumes;
 - network outputs (logits, state values, Q-values, C51 logits): ``full`` casts them to fp32 as
   they leave the network (``accelrl.models``), so log-softmax, log-probs, entropy, PPO's

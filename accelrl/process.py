@@ -39,7 +39,7 @@ class StopSignals:
     processes ignore SIGINT (``accelrl.collectors.factory``), so a terminal's Ctrl-C, which
     reaches the whole process group, leaves them to finish the batch. Installed only from the
     main thread; ``install()`` puts ours in place and ``restore()`` the earlier handlers back:
-    the run folder's ``with`` block does both (``accelrl.run_folder``)."""
+    the run folder's ``with`` block does both (``accelrl.run.folder``)."""
 
     def __init__(self) -> None:
         self.signum: int | None = None

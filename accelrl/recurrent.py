@@ -2,7 +2,7 @@
 one table (``CORES``, keyed by ``--model.recurrent``).
 
 Each core names its TorchRL module, the TensorDict keys of its state and the plain step that
-``accelrl.export`` traces; everything else (the learner's sequences, the env that carries the
+``accelrl.tools.export`` traces; everything else (the learner's sequences, the env that carries the
 state, the collectors, evaluation, play, export) asks this module or reads the keys of
 ``Agent.initial_state``, and names no core. A new core is one entry here.
 
@@ -81,7 +81,7 @@ class RecurrentCore:
     step's inputs. The LSTM's are those of the checkpoints and exports written before this
     table."""
     step: Callable[[nn.Module, nn.Module, nn.Module], nn.Module]
-    """``step(trunk, rnn, head)``: the plain greedy step ``accelrl.export`` traces,
+    """``step(trunk, rnn, head)``: the plain greedy step ``accelrl.tools.export`` traces,
     ``(obs, *state) -> (action, *next_state)``, with a ``state_names`` attribute."""
 
     def build(self, input_size: int, hidden_size: int) -> TensorDictModuleBase:

@@ -202,7 +202,7 @@ def validate_common(cfg: Any) -> None:
             "(use 0)",
         )
     if cfg.log.trackers:
-        from accelrl.trackers import missing_packages
+        from accelrl.run.trackers import missing_packages
 
         missing = missing_packages(tuple(cfg.log.trackers))
         if missing:

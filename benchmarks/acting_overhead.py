@@ -233,9 +233,9 @@ def recipe_dqn(
 ):
     """(one batch of DQN's collection written into its replay, the collector to shut down)."""
     from accelrl.algos.dqn import DQN, DQNConfig
-    from accelrl.async_replay import SyncReplay
     from accelrl.compat import qvalue_actor_modules
-    from accelrl.replay import FrameReplay
+    from accelrl.replay.feeder import SyncReplay
+    from accelrl.replay.memory import FrameReplay
 
     spec = env_spec(game)
     shape = tuple(spec["obs_shape"])

@@ -7,7 +7,7 @@ simulators, the same random transitions (8 simulators x 1,250 steps) written to 
 replays, then one update = one replay sample, the loss, backward, the clipped Adam step, the
 target update when due and the priority write-back, exactly as each loop runs it:
 
-- recipe: ``accelrl.replay.FrameReplay.sample`` -> ``accelrl.algos.dqn.DQN.update`` ->
+- recipe: ``accelrl.replay.memory.FrameReplay.sample`` -> ``accelrl.algos.dqn.DQN.update`` ->
   ``FrameReplay.update_priority`` (the recipe's loop in ``recipes/dqn_atari.py``);
 - plain: ``reference.classic.DQNUpdate`` (numpy ring, ``dqn_losses``, ``torch.optim.Adam``).
 
@@ -41,7 +41,7 @@ from tensordict import TensorDict
 
 from accelrl.algos.dqn import DQN, PRESETS, DQNConfig
 from accelrl.models import QNetwork
-from accelrl.replay import FrameReplay
+from accelrl.replay.memory import FrameReplay
 from benchmarks.common import cores, machine_info, median, paired_rates, print_table, write_json
 from reference.cartpole_presets import DQN_CARTPOLE, DQN_VARIANTS
 from reference.classic import DQNUpdate, QNet, Replay

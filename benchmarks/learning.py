@@ -1,7 +1,7 @@
 """Learning parity: each recipe next to its plain single-file loop, same settings and seeds.
 
 Atari (one run per call, meant for ``nohup``; both kinds write ``episodes.csv`` and
-``metrics.csv`` in the run folder, so ``accelrl.plot`` and ``compare`` read either):
+``metrics.csv`` in the run folder, so ``accelrl.tools.plot`` and ``compare`` read either):
 
     python -m benchmarks.learning atari ppo --impl plain   --game Breakout --frames 2000000 \\
         --seed 0 --run-dir runs/parity/ppo-breakout-plain-s0 [--resume]
@@ -188,7 +188,7 @@ def run_accelrl_atari(algo: str, game: str, frames: int, seed: int, run_dir: Pat
 
 
 def read_returns(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-    from accelrl.plot import read_columns
+    from accelrl.tools.plot import read_columns
 
     cols = read_columns(run_dir / "episodes.csv", ("frames", "return"))
     return cols["frames"], cols["return"]
@@ -214,7 +214,7 @@ def compare(run_dirs: Sequence[Path], out: Path | None) -> list[dict]:
         print(f"{r['run']:<{width}}  {r['frames']:>10,}  {r['episodes']:>8}  "
               f"{r['last100_mean']:>13.2f}")  # fmt: skip
     if out is not None:
-        from accelrl.plot import main as plot_main
+        from accelrl.tools.plot import main as plot_main
 
         out.parent.mkdir(parents=True, exist_ok=True)
         with open(out.with_suffix(".csv"), "w", newline="", encoding="utf-8") as fh:

@@ -29,7 +29,7 @@ import torch
 from tensordict import TensorDict
 
 from accelrl.models import NatureCNN
-from accelrl.replay import FrameReplay
+from accelrl.replay.memory import FrameReplay
 from benchmarks.common import machine_info, median, print_table, write_json
 
 NUM_ENVS = 16

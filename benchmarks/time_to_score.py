@@ -50,7 +50,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from accelrl.run_record import code_version
+from accelrl.run.record import code_version
 from benchmarks.common import cpu_name
 
 FRAMESKIP = 4

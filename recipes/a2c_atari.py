@@ -5,6 +5,8 @@
     python recipes/a2c_atari.py --collector.kind async --collector.num-workers 2   # A3C-style
     python recipes/a2c_atari.py --help                 # every knob
 
+Import it to reuse: ``from recipes.a2c_atari import Config, train``.
+
 The algorithm (``accelrl.algos.catalog``, record ``a2c``):
     agent    TorchRL's ActorValueOperator (PPO's actor-critic); A2CLoss; n-step returns
              through TorchRL's GAE at lambda 1 (or GAE); Adam (or RMSprop)
@@ -13,23 +15,20 @@ The algorithm (``accelrl.algos.catalog``, record ``a2c``):
              2. n-step returns (or GAE) over the batch
              3. one gradient step on all of it
              4. the new weights to the actors; log; evaluation, video, checkpoint when due
-
-Import it to reuse: ``from recipes.a2c_atari import Config, train``.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 from accelrl import loops
 from accelrl.algos.catalog import A2C_ALGORITHM as ALGORITHM
 from accelrl.algos.catalog import A2CRunConfig as Config
 from accelrl.cli import run_recipe
 
-__all__ = ["ALGORITHM", "Config", "train"]
-
-
-def train(cfg: Config) -> dict:
-    """Train A2C; returns final frames, updates, episodes, mean return of the last 100, frames/s."""
-    return loops.train(cfg, ALGORITHM)
+# train(cfg) -> the run's summary: frames, updates, episodes, mean return of the last 100,
+# frames/s (accelrl.loops.train with this recipe's algorithm)
+train = partial(loops.train, algorithm=ALGORITHM)
 
 
 if __name__ == "__main__":

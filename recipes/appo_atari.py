@@ -9,6 +9,8 @@ Batches lag the learner by a few updates: the lag is logged (``async/policy_lag_
     python recipes/appo_atari.py --collector.num-workers 4 --appo.vtrace
     python recipes/appo_atari.py --help                        # every knob
 
+Import it to reuse: ``from recipes.appo_atari import Config, train``.
+
 The algorithm (``accelrl.algos.catalog``, record ``appo``):
     agent    PPO's actor-critic and ClipPPOLoss, with GAE or V-trace targets; Adam
     loop     (accelrl.loops.on_policy) per batch, one worker's 8 envs x 128 steps:
@@ -18,23 +20,20 @@ The algorithm (``accelrl.algos.catalog``, record ``appo``):
              3. GAE or V-trace targets, then epochs x minibatches of clipped steps
              4. the new weights to the workers (taken up between batches); log; evaluation,
                 video, checkpoint when due
-
-Import it to reuse: ``from recipes.appo_atari import Config, train``.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 from accelrl import loops
 from accelrl.algos.catalog import APPO_ALGORITHM as ALGORITHM
 from accelrl.algos.catalog import APPORunConfig as Config
 from accelrl.cli import run_recipe
 
-__all__ = ["ALGORITHM", "Config", "train"]
-
-
-def train(cfg: Config) -> dict:
-    """Train APPO; returns frames, updates, episodes, mean return of the last 100, frames/s."""
-    return loops.train(cfg, ALGORITHM)
+# train(cfg) -> the run's summary: frames, updates, episodes, mean return of the last 100,
+# frames/s (accelrl.loops.train with this recipe's algorithm)
+train = partial(loops.train, algorithm=ALGORITHM)
 
 
 if __name__ == "__main__":

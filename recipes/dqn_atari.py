@@ -7,6 +7,8 @@
     python recipes/dqn_atari.py --env.game MinAtar/Breakout --dqn.preset minatar  # MinAtar's DQN
     python recipes/dqn_atari.py --help                           # every knob
 
+Import it to reuse: ``from recipes.dqn_atari import Config, train``.
+
 The algorithm (``accelrl.algos.catalog``, record ``dqn``):
     agent    the Q-network (Nature CNN, MinAtar CNN or MLP trunk; dueling and C51 heads as
              configured) in TorchRL's QValueActor / DistributionalQValueActor, its target
@@ -17,23 +19,20 @@ The algorithm (``accelrl.algos.catalog``, record ``dqn``):
              3. gradient steps on sampled minibatches at the training intensity (replayed /
                 collected samples); the target network copied when due; priorities written
              4. the new weights to the actors; log; evaluation, video, checkpoint when due
-
-Import it to reuse: ``from recipes.dqn_atari import Config, train``.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 from accelrl import loops
 from accelrl.algos.catalog import DQN_ALGORITHM as ALGORITHM
 from accelrl.algos.catalog import DQNRunConfig as Config
 from accelrl.cli import run_recipe
 
-__all__ = ["ALGORITHM", "Config", "train"]
-
-
-def train(cfg: Config) -> dict:
-    """Train a DQN-family agent; returns final frames, episodes, mean return of the last 100."""
-    return loops.train(cfg, ALGORITHM)
+# train(cfg) -> the run's summary: frames, updates, episodes, mean return of the last 100,
+# frames/s (accelrl.loops.train with this recipe's algorithm)
+train = partial(loops.train, algorithm=ALGORITHM)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ if TYPE_CHECKING:  # the recipes' config dataclasses, for annotations only
 EVAL_SEED_OFFSET = 10_000
 """Evaluation episode k of a run with seed s resets with seed s + 10_000 + k."""
 PRIORITY_EPS = 1e-6
-"""Added to every priority before the exponent (``accelrl.replay.FrameReplay``'s default)."""
+"""Added to every priority before the exponent (``accelrl.replay.memory.FrameReplay``'s default)."""
 
 
 # --- shared pieces ----------------------------------------------------------------------------

@@ -35,9 +35,9 @@ from typing import Any
 import submitit
 from submitit.core.utils import FailedJobError
 
-from accelrl.atari_scores import SUITES
 from accelrl.launch.job import local_executor, submit_jobs
 from accelrl.launch.plan import LaunchError, PlannedRun, load_recipe, plan_runs, uses_cuda
+from accelrl.tools.atari_scores import SUITES
 
 PROG = "python -m slurm.launch"
 

@@ -24,7 +24,7 @@ TEST_THREADS = int(os.environ.get("ACCELRL_TEST_THREADS", "1"))
 
 def count_batches(run: Callable[[], Any]) -> tuple[Any, int]:
     """``run()``'s result and the number of batches the run counted during it."""
-    from accelrl.progress import Progress as Run
+    from accelrl.run.progress import Progress as Run
 
     real = Run.collected
     count = {"n": 0}

@@ -92,7 +92,7 @@ def test_only_the_loops_hand_out_the_agents_initial_state_to_what_steps_an_env()
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    allowed = {"accelrl/loops/start.py", "accelrl/export.py"}
+    allowed = {"accelrl/loops/start.py", "accelrl/tools/export.py"}
     callers = set()
     for folder in ("accelrl", "recipes", "slurm"):
         for path in (root / folder).rglob("*.py"):

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from accelrl.checkpoint import list_checkpoints
+from accelrl.run.checkpoint import list_checkpoints
 from recipes.ppo_atari import Config, train
 
 
@@ -74,13 +74,15 @@ def test_pong_run_writes_artifacts_and_resumes(tmp_path):
 
     out = tmp_path / "curve.png"
     subprocess.run(
-        [sys.executable, "-m", "accelrl.plot", str(run), "-o", str(out)], check=True, timeout=120
+        [sys.executable, "-m", "accelrl.tools.plot", str(run), "-o", str(out)],
+        check=True,
+        timeout=120,
     )
     assert out.stat().st_size > 0
 
 
 def test_refuses_to_overwrite_a_run_with_checkpoints(tmp_path):
-    from accelrl.checkpoint import save_checkpoint
+    from accelrl.run.checkpoint import save_checkpoint
     from accelrl.validate import ConfigError
 
     save_checkpoint(tmp_path, {"frames": 0}, 0)

@@ -96,7 +96,7 @@ def test_wrong_input_stops_with_one_line(recipe, flags, words, capsys, monkeypat
     def no_run(self, cfg, algo, proc, *args, **kwargs):
         raise AssertionError(f"validation let {flags} through: a run started")
 
-    monkeypatch.setattr("accelrl.run_folder.RunFolder.__init__", no_run)
+    monkeypatch.setattr("accelrl.run.folder.RunFolder.__init__", no_run)
     before = child_pids()
     code, err = run_cli(recipe, flags, capsys)
     # Nothing started: RunFolder.__init__ raises above, so no wall-clock bound is needed here.

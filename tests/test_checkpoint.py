@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from accelrl.checkpoint import (
+from accelrl.run.checkpoint import (
     CheckpointError,
     capture_rng,
     list_checkpoints,

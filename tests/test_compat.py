@@ -30,8 +30,8 @@ from accelrl.algos.ppo import PPO, PPOConfig
 from accelrl.collectors import BatchedInferenceCollector, env_factory, plan_threads
 from accelrl.config import EnvConfig, ThreadsConfig
 from accelrl.envs import make_env
-from accelrl.export import greedy_module
 from accelrl.models import DirectTensorDictModule, make_actor_critic
+from accelrl.tools.export import greedy_module
 
 WRITTEN_AGAINST = "tensordict 0.14.3 / TorchRL 0.14.1"
 INSTALLED = f"tensordict {tensordict.__version__} / TorchRL {version('torchrl')}"
@@ -168,8 +168,8 @@ def leaves(tree, size: int) -> torch.Tensor:
 
 
 def test_segment_trees_are_the_samplers_masses():
-    """The replay zeroes slots and draws through them (``accelrl.replay_mass``)."""
-    user = "accelrl.compat.segment_trees (accelrl.replay_mass)"
+    """The replay zeroes slots and draws through them (``accelrl.replay.sampler``)."""
+    user = "accelrl.compat.segment_trees (accelrl.replay.sampler)"
     sampler = PrioritizedSampler(8, alpha=0.5, beta=0.4, eps=1e-6, dtype=torch.float64)
     for name in ("_sum_tree", "_min_tree"):
         assert hasattr(sampler, name), f"private PrioritizedSampler.{name} is gone: update {user}"
@@ -191,7 +191,7 @@ def test_segment_trees_are_the_samplers_masses():
 
 
 def test_sampler_generator_is_the_replay_buffers():
-    user = "accelrl.compat.sampler_generator (accelrl.replay_mass)"
+    user = "accelrl.compat.sampler_generator (accelrl.replay.sampler)"
     sampler = PrioritizedSampler(8, alpha=0.0, beta=0.4)
     assert compat.sampler_generator(sampler) is None, f"Sampler._rng default changed: {user}"
     generator = torch.Generator()

@@ -33,7 +33,7 @@ def train_cli(recipe: str, argv: list[str], capsys) -> dict:
 
 
 def test_custom_env_with_an_lstm_trains_from_the_command_line_and_plays(tmp_path, capsys):
-    from accelrl.play import main as play
+    from accelrl.tools.play import main as play
 
     run = tmp_path / "run"
     flags = tiny("--env.game", MEMORY, "--env.kwargs", '{"delay": 2}', "--model.recurrent",
@@ -124,7 +124,7 @@ def test_an_env_accelrl_cannot_run_stops_with_one_line(recipe, flags, words, cap
     def no_run(self, *args, **kwargs):
         raise AssertionError(f"validation let {flags} through: a run started")
 
-    monkeypatch.setattr("accelrl.run_folder.RunFolder.__init__", no_run)
+    monkeypatch.setattr("accelrl.run.folder.RunFolder.__init__", no_run)
     code, err = run_cli(recipe, flags, capsys)
     assert_one_clear_line(code, err, words)
 
@@ -132,7 +132,7 @@ def test_an_env_accelrl_cannot_run_stops_with_one_line(recipe, flags, words, cap
 def test_a_run_whose_env_module_is_gone_says_which(tmp_path, capsys, monkeypatch):
     """Play, and a resume, name the module a run folder's env needs when it cannot be
     imported."""
-    from accelrl.play import main as play
+    from accelrl.tools.play import main as play
 
     package = tmp_path / "pkg"
     package.mkdir()

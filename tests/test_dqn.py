@@ -21,8 +21,8 @@ from accelrl.algos.dqn import (
 from accelrl.collectors import plan_threads, run_collector
 from accelrl.config import EnvConfig
 from accelrl.envs import make_env
-from accelrl.progress import Progress
-from accelrl.replay import FrameReplay
+from accelrl.replay.memory import FrameReplay
+from accelrl.run.progress import Progress
 from accelrl.validate import ConfigError
 from recipes.dqn_atari import ALGORITHM, Config, train
 from tests.helpers import count_batches

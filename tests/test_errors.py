@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from accelrl.algos.common import NonFiniteError
-from accelrl.async_replay import FeederError
-from accelrl.checkpoint import CheckpointError
 from accelrl.cli import run_recipe
 from accelrl.collectors import CollectorFailure
 from accelrl.distributed import PeerLost
 from accelrl.errors import RunFailure
+from accelrl.replay.feeder import FeederError
+from accelrl.run.checkpoint import CheckpointError
 from recipes.ppo_atari import Config
 
 FAILURES = [NonFiniteError, CheckpointError, CollectorFailure, PeerLost, FeederError]

@@ -5,7 +5,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from accelrl.config import EnvConfig
-from accelrl.evaluate import run_episodes
+from accelrl.run.evaluate import run_episodes
 
 
 class AlwaysNoop(nn.Module):
@@ -42,7 +42,7 @@ def test_a_stuck_greedy_evaluation_is_explained_and_shown(tmp_path, capsys, monk
     cfg.log.eval_episodes = 2
     # An untrained policy's argmax on Breakout is one fixed action for most frames: the greedy
     # episodes end at the cap unless that action is FIRE; evaluate NOOP to be sure.
-    import accelrl.run_folder as rf
+    import accelrl.run.folder as rf
 
     real = rf.evaluate
     monkeypatch.setattr(rf, "evaluate", lambda env, policy, **kw: real(env, AlwaysNoop(), **kw))

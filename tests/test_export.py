@@ -1,5 +1,5 @@
-"""``python -m accelrl.export``: the exported greedy policy (torch.export program and ONNX) picks
-the same actions as the PyTorch policy it came from, for an actor-critic on frames and for a
+"""``python -m accelrl.tools.export``: the exported greedy policy (torch.export program and ONNX)
+picks the same actions as the PyTorch policy it came from, for an actor-critic on frames and for a
 C51 + dueling Q-network on vector observations, at a batch size other than the one traced."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 
-from accelrl.export import example_input, greedy_module, save_module
-from accelrl.play import PlayConfig, load_agent
+from accelrl.tools.export import example_input, greedy_module, save_module
+from accelrl.tools.play import PlayConfig, load_agent
 
 REPO = Path(__file__).resolve().parents[1]
 QUIET = ["--log.eval-episodes", "0", "--log.no-tensorboard", "--log.no-progress"]
@@ -91,7 +91,7 @@ def test_exported_model_acts_like_the_policy(run, tmp_path, suffix):
 
 def test_export_command_writes_the_trained_policy(run, tmp_path):
     out = tmp_path / "policy.pt2"
-    cmd = [sys.executable, "-m", "accelrl.export", str(run), str(out)]
+    cmd = [sys.executable, "-m", "accelrl.tools.export", str(run), str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith(f"to {out}")
@@ -101,7 +101,7 @@ def test_export_command_writes_the_trained_policy(run, tmp_path):
 
 
 def test_export_refuses_an_unknown_format(run, tmp_path):
-    cmd = [sys.executable, "-m", "accelrl.export", str(run), str(tmp_path / "policy.zip")]
+    cmd = [sys.executable, "-m", "accelrl.tools.export", str(run), str(tmp_path / "policy.zip")]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 2
     assert done.stderr.strip().endswith("the output must end in .pt2 (torch.export) or .onnx")

@@ -38,11 +38,11 @@ def leaf_fields(cls: type, prefix: str = "") -> list[tuple[str, type, str]]:
 
 
 def config_classes() -> list[tuple[str, type]]:
-    from accelrl.export import ExportConfig
-    from accelrl.play import PlayConfig
+    from accelrl.tools.export import ExportConfig
+    from accelrl.tools.play import PlayConfig
 
     recipes = [(r, importlib.import_module(f"recipes.{r}").Config) for r in RECIPES]
-    return [*recipes, ("accelrl.play", PlayConfig), ("accelrl.export", ExportConfig)]
+    return [*recipes, ("accelrl.tools.play", PlayConfig), ("accelrl.tools.export", ExportConfig)]
 
 
 @pytest.mark.parametrize("name,cls", config_classes(), ids=[n for n, _ in config_classes()])

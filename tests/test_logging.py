@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from accelrl.progress_bar import LineStream
-from accelrl.runlog import RunLogger
+from accelrl.run.console import LineStream
+from accelrl.run.logger import RunLogger
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

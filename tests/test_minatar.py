@@ -1,5 +1,5 @@
 """MinAtar behind ``make_env``: observations, auto-reset, truncation, seeds, sticky actions; bad
-names and a missing optional extra refused in one line; every recipe and ``accelrl.play`` on a
+names and a missing optional extra refused in one line; every recipe and ``accelrl.tools.play`` on a
 MinAtar game."""
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ def test_dqn_minatar_preset_is_the_papers_dqn():
 @pytest.fixture(scope="module")
 def dqn_run(tmp_path_factory) -> Path:
     """The MinAtar DQN preset with C51 and dueling heads, shrunk to two update phases, with an
-    evaluation at the end (also what ``accelrl.play`` reads)."""
+    evaluation at the end (also what ``accelrl.tools.play`` reads)."""
     from recipes import dqn_atari
 
     run = tmp_path_factory.mktemp("minatar") / "dqn"
@@ -304,7 +304,7 @@ def test_dqn_family_trains_on_minatar(dqn_run):
 def test_play_records_a_minatar_video(dqn_run, tmp_path):
     import imageio_ffmpeg
 
-    from accelrl.play import PlayConfig, play
+    from accelrl.tools.play import PlayConfig, play
 
     video = tmp_path / "breakout.mp4"
     out = play(PlayConfig(run_dir=str(dqn_run), episodes=2, video=str(video), epsilon=0.1))

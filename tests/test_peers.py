@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from accelrl.run_record import code_version
+from accelrl.run.record import code_version
 from benchmarks import peer_libs, peers, time_to_score
 from benchmarks.common import cpu_name
 from benchmarks.peer_libs import EPISODE, MARK, PeerError

@@ -1,5 +1,5 @@
-"""``python -m accelrl.play``: rebuilds a run's agent from its folder, loads its checkpoint (the
-trained weights, not fresh ones), plays whole episodes and writes a readable MP4 with one frame
+"""``python -m accelrl.tools.play``: rebuilds a run's agent from its folder, loads its checkpoint
+(the trained weights, not fresh ones), plays whole episodes and writes a readable MP4 with one frame
 per agent step plus the reset frame; bad requests get one line and exit code 2."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from accelrl.checkpoint import load_latest
-from accelrl.play import PlayConfig, load_agent
+from accelrl.run.checkpoint import load_latest
+from accelrl.tools.play import PlayConfig, load_agent
 
 REPO = Path(__file__).resolve().parents[1]
 QUIET = ["--log.eval-episodes", "0", "--log.no-tensorboard", "--log.no-progress"]
@@ -29,7 +29,7 @@ def train(recipe: str, run: Path, *flags: str, quiet: tuple[str, ...] = tuple(QU
 
 
 def play(*args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "accelrl.play", *args]
+    cmd = [sys.executable, "-m", "accelrl.tools.play", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
 
 
@@ -92,8 +92,8 @@ def test_play_a_dqn_run_on_cartpole(tmp_path):
     no_video = play(str(run), "--video", str(tmp_path / "x.mp4"))
     assert no_video.returncode == 2
     assert no_video.stderr.strip() == (
-        "accelrl.play: error: --video records game screens, and CartPole-v1 (backend classic) "
-        "has none"
+        "accelrl.tools.play: error: --video records game screens, and CartPole-v1 "
+        "(backend classic) has none"
     )
 
 
@@ -103,7 +103,8 @@ def test_play_errors_are_one_line(tmp_path):
     out = play(str(empty))
     assert out.returncode == 2
     assert out.stderr.strip() == (
-        f"accelrl.play: error: {empty} has no config.json: not a run folder written by a recipe"
+        f"accelrl.tools.play: error: {empty} has no config.json: "
+        "not a run folder written by a recipe"
     )
     (empty / "config.json").write_text('{"algo": "ppo", "config": {}}')
     out = play(str(empty))

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from accelrl.plot import PlotError, plot_runs
-from accelrl.runlog import RunLogger
+from accelrl.run.logger import RunLogger
+from accelrl.tools.plot import PlotError, plot_runs
 
 
 def fake_run(run_dir: Path, scale: float) -> None:
@@ -37,7 +37,7 @@ def test_plot_run_without_metrics_and_bad_smooth(tmp_path: Path) -> None:
 def test_cli_default_output_and_missing_episodes(tmp_path: Path) -> None:
     run = tmp_path / "run"
     fake_run(run, 1.0)
-    cmd = [sys.executable, "-m", "accelrl.plot"]
+    cmd = [sys.executable, "-m", "accelrl.tools.plot"]
     ok = subprocess.run([*cmd, str(run), "--smooth", "2"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert (run / "returns.png").stat().st_size > 0

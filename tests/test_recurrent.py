@@ -13,8 +13,8 @@ from torchrl.modules import set_recurrent_mode
 
 from accelrl.collectors import make_collector, plan_threads
 from accelrl.config import CollectorConfig, EnvConfig, ThreadsConfig
-from accelrl.evaluate import play_env, play_episode, run_episodes
 from accelrl.recurrent import CORES, core_of
+from accelrl.run.evaluate import play_env, play_episode, run_episodes
 from accelrl.validate import ConfigError
 from recipes import a2c_atari, appo_atari, dqn_atari, ppo_atari
 from reference.atari_actor_critic import Rollout
@@ -340,7 +340,7 @@ def onnx_step(path, names):
 @each_core
 @pytest.mark.parametrize("suffix", [".pt2", ".onnx"])
 def test_the_exported_step_with_its_own_state_acts_as_the_eval_policy(tmp_path, suffix, core):
-    from accelrl.export import example_inputs, greedy_module, save_module
+    from accelrl.tools.export import example_inputs, greedy_module, save_module
 
     if suffix == ".onnx":
         pytest.importorskip("onnxscript")
@@ -435,7 +435,7 @@ def test_the_recipes_train_and_evaluate_a_recurrent_agent(tmp_path, recipe, algo
         getattr(cfg, algo).minibatches = 2
     summary = recipe.train(cfg)
     assert summary["updates"] == 2 and summary["eval/greedy_return"] > 0
-    from accelrl.export import ExportConfig, export
+    from accelrl.tools.export import ExportConfig, export
 
     step = torch.export.load(export(ExportConfig(cfg.run_dir, str(tmp_path / "p.pt2")))).module()
     state = [torch.zeros(3, 1, 16) for _ in CORES[core].state_keys]

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import accelrl.algos.ppo as ppo_module
-from accelrl.checkpoint import list_checkpoints, load_latest
 from accelrl.cli import run_recipe
+from accelrl.run.checkpoint import list_checkpoints, load_latest
 from recipes import ppo_atari
 from tests.helpers import cartpole_flags
 from tests.test_distributed import wait_for
@@ -82,7 +82,7 @@ def test_nan_loss_can_be_skipped_and_counted(tmp_path, monkeypatch, capsys):
 
 
 def test_full_disk_at_checkpoint_reports_and_keeps_the_previous(tmp_path, monkeypatch, capsys):
-    import accelrl.checkpoint as ckpt
+    import accelrl.run.checkpoint as ckpt
 
     real_save = torch.save
     calls = {"n": 0}
@@ -485,7 +485,7 @@ def test_nonfinite_gradient_norm_with_a_finite_loss(monkeypatch, policy):
 def test_checkpoint_refuses_nonfinite_weights(tmp_path, monkeypatch, capsys):
     """Weights that turned NaN without a NaN loss (an optimizer or hardware fault) are never
     saved: the checkpoint is refused with one line and the previous one stays the latest."""
-    from accelrl.run_folder import RunFolder
+    from accelrl.run.folder import RunFolder
 
     real = RunFolder.checkpoint
 

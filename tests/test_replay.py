@@ -13,7 +13,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from accelrl.replay import FrameReplay
+from accelrl.replay.memory import FrameReplay
 
 GAMMA = 0.9
 
@@ -439,7 +439,7 @@ def test_lean_prioritized_draws_and_priority_writes_match_torchrls_sampler(monke
     from torchrl.data import LazyTensorStorage, PrioritizedSampler
 
     from accelrl.compat import priority_state, segment_trees
-    from accelrl.replay_mass import MaskedPrioritizedSampler
+    from accelrl.replay.sampler import MaskedPrioritizedSampler
 
     size, alpha, beta, eps = 64, 0.6, 0.4, 1e-6
     kwargs = dict(alpha=alpha, beta=beta, eps=eps, dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""``accelrl.report``: per-game and human-normalized aggregate scores of a set of run folders,
+"""``accelrl.tools.report``: per-game and human-normalized aggregate scores of a set of run folders,
 checked on synthetic folders with known scores (and against rliable where it imports), and on
 real short runs; the Atari suites are games ale-py knows, and ``slurm.launch --suite`` sweeps
 them."""
@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelrl.atari_scores import RANDOM_HUMAN, SUITES, human_normalized
-from accelrl.report import (
+from accelrl.tools.atari_scores import RANDOM_HUMAN, SUITES, human_normalized
+from accelrl.tools.report import (
     interval_estimates,
     iqm,
     performance_profile,
@@ -124,10 +124,10 @@ def test_score_sources_and_errors(tmp_path):
     assert result.source == "last-100 training mean"
     assert result.score == pytest.approx(np.mean([i % 7 for i in range(50, 150)]))
     (tmp_path / "empty").mkdir()
-    out = subprocess.run([sys.executable, "-m", "accelrl.report", str(tmp_path / "empty")],
+    out = subprocess.run([sys.executable, "-m", "accelrl.tools.report", str(tmp_path / "empty")],
                          capture_output=True, text=True, cwd=REPO, timeout=120)  # fmt: skip
     assert out.returncode == 2 and out.stderr.strip() == (
-        f"accelrl.report: error: {tmp_path / 'empty'} has no config.json: not a run folder "
+        f"accelrl.tools.report: error: {tmp_path / 'empty'} has no config.json: not a run folder "
         "written by a recipe"
     )
 
@@ -144,7 +144,7 @@ def test_report_on_real_cartpole_runs(tmp_path):
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         runs.append(run)
-    out = subprocess.run([sys.executable, "-m", "accelrl.report", *map(str, runs), "-o",
+    out = subprocess.run([sys.executable, "-m", "accelrl.tools.report", *map(str, runs), "-o",
                           str(tmp_path / "r")], capture_output=True, text=True, cwd=REPO,
                          timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]

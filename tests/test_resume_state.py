@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from accelrl.progress import Progress
-from accelrl.run_folder import RunFolder
+from accelrl.run.folder import RunFolder
+from accelrl.run.progress import Progress
 
 
 class StopAfterResume(Exception):

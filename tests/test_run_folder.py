@@ -25,8 +25,9 @@ import pytest
 import accelrl
 from accelrl.cli import run_recipe
 from accelrl.config import to_dict
-from accelrl.run_lock import FolderInUse, FolderLock
-from accelrl.run_record import (
+from accelrl.run.lock import FolderInUse, FolderLock
+from accelrl.run.logger import RunLogger
+from accelrl.run.record import (
     LEARNED,
     RESUME_CHANGES,
     classify,
@@ -35,7 +36,6 @@ from accelrl.run_record import (
     flatten,
     read_changes,
 )
-from accelrl.runlog import RunLogger
 from tests.test_async import child_pids
 from tests.test_bad_input import CARTPOLE, assert_one_clear_line
 from tests.test_distributed import wait_for
@@ -102,7 +102,7 @@ def test_every_config_field_of_every_recipe_is_classified_for_resume():
     for name in RECIPES:
         keys |= set(flatten(to_dict(importlib.import_module(f"recipes.{name}").Config())))
     unclassified = sorted(k for k in keys if classify(k) is None)
-    assert not unclassified, f"add these to accelrl.run_record.RESUME_CHANGES: {unclassified}"
+    assert not unclassified, f"add these to accelrl.run.record.RESUME_CHANGES: {unclassified}"
     stale = [
         k
         for k in RESUME_CHANGES
@@ -151,7 +151,7 @@ def test_resume_refuses_changes_to_what_is_learned_and_records_the_others(
 
     # Accepted, and recorded with the frame count they apply from; a new code version too.
     monkeypatch.setattr(
-        "accelrl.run_start.code_version", lambda: {**code_version(), "commit": "abc123"}
+        "accelrl.run.opening.code_version", lambda: {**code_version(), "commit": "abc123"}
     )
     longer = ["--resume", "--log.checkpoint-every-frames", "64"]
     code, _, err = cli(tiny(run, 256, *longer))
@@ -178,8 +178,8 @@ def test_resume_refuses_changes_to_what_is_learned_and_records_the_others(
     # Reports list the changes; plots draw a line where each happened.
     from matplotlib.axes import Axes
 
-    from accelrl.plot import plot_runs
-    from accelrl.report import report
+    from accelrl.tools.plot import plot_runs
+    from accelrl.tools.report import report
 
     with contextlib.redirect_stdout(io.StringIO()):
         report([run], tmp_path / "r", reps=10)
@@ -202,7 +202,7 @@ def test_damaged_record_files_stop_with_one_line(finished, tmp_path, monkeypatch
     config.write_text(good[: len(good) // 2])
     code, _, err = cli(tiny(run, 256, "--resume"))
     assert_one_clear_line(code, err, [f"{config} is not valid JSON (line", "move it away"])
-    from accelrl.report import ReportError, read_run
+    from accelrl.tools.report import ReportError, read_run
 
     with pytest.raises(ReportError, match="is not valid JSON"):
         read_run(run)
@@ -266,7 +266,7 @@ def test_a_line_that_is_not_a_row_is_set_aside_on_resume(tmp_path):
 HOLD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from accelrl.run_lock import FolderLock
+    from accelrl.run.lock import FolderLock
     lock = FolderLock(Path(sys.argv[1]))
     lock.acquire()
     print("locked", flush=True)
@@ -344,13 +344,13 @@ def test_a_file_system_without_locks_warns_and_goes_on(tmp_path, monkeypatch, ca
     def no_locks(fd, op):
         raise OSError(errno.ENOSYS, os.strerror(errno.ENOSYS))
 
-    monkeypatch.setattr("accelrl.run_lock.fcntl.flock", no_locks)
+    monkeypatch.setattr("accelrl.run.lock.fcntl.flock", no_locks)
     assert FolderLock(tmp_path).acquire() is False
     assert "has no file locks" in caplog.text and "nothing stops a second run" in caplog.text
 
 
 def test_a_requeued_slurm_job_waits_for_its_previous_attempt(tmp_path, monkeypatch):
-    monkeypatch.setattr("accelrl.run_lock.REQUEUE_WAIT_S", 30.0)
+    monkeypatch.setattr("accelrl.run.lock.REQUEUE_WAIT_S", 30.0)
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     holder = hold(tmp_path, 1.0, SLURM_JOB_ID="77")
     lock = FolderLock(tmp_path)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from accelrl.checkpoint import (
+from accelrl.run.checkpoint import (
     UnsafeCheckpoint,
     capture_rng,
     list_checkpoints,

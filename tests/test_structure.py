@@ -31,6 +31,7 @@ DYNAMIC = {
 }
 """Modules allowed an ``importlib.import_module`` of a name known only at run time."""
 
+
 @dataclass(frozen=True)
 class Import:
     source: str

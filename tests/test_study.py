@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accelrl.run_lock import FolderLock
+from accelrl.run.lock import FolderLock
 from accelrl.study.__main__ import main
 from accelrl.study.grid import FINISHED, NEW, RESUME, RUNNING, cell_state, load_grid
 from accelrl.study.keep import thin

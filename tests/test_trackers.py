@@ -63,7 +63,7 @@ def test_wandb_and_mlflow_log_and_resume_into_the_same_runs(tmp_path):
 
 
 def test_a_tracker_without_its_package_is_a_one_line_error(tmp_path, monkeypatch):
-    from accelrl import trackers
+    from accelrl.run import trackers
 
     monkeypatch.setitem(trackers.PACKAGES, "wandb", {"surely_not_installed_pkg": "wandb"})
     from accelrl.validate import ConfigError, validate_common

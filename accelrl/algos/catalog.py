@@ -2,8 +2,8 @@
 
 Each record is the algorithm's config (``RunConfig`` plus its section, with its defaults), its
 checks, its agent factory and its family's loop. The recipes (``recipes/*_atari.py``) train
-these records; ``accelrl.play``, ``accelrl.export`` and the plain reference loops look them up
-by name (``algorithm``).
+these records; ``accelrl.tools.play``, ``accelrl.tools.export`` and the plain reference loops look
+them up by name (``algorithm``).
 """
 
 from __future__ import annotations
@@ -89,15 +89,10 @@ def validate_a2c_run(cfg: A2CRunConfig) -> None:
 
 
 def _actor_critic_agent(learner: type, section: str) -> Any:
-    def make_agent(
-        cfg: Any,
-        env_spec: dict,
-        device: torch.device,
-        *,
-        lr_scale: float = 1.0,
-        world_size: int = 1,
-        plan: precision.Plan | None = None,
-    ) -> Any:
+    def make_agent(cfg: Any, env_spec: dict, device: torch.device, **run: Any) -> Any:
+        # run: lr_scale (default 1) and plan (the run's precision plan; made here when None);
+        # an actor-critic's acting does not depend on world_size.
+        lr_scale, plan = run.get("lr_scale", 1.0), run.get("plan")
         model = make_actor_critic(
             **env_spec,
             mlp_hidden=cfg.model.mlp_hidden,
@@ -122,36 +117,15 @@ def _actor_critic_agent(learner: type, section: str) -> Any:
     return make_agent
 
 
-PPO_ALGORITHM = register(
-    Algorithm(
-        name="ppo",
-        section="ppo",
-        family="on_policy",
-        config=PPORunConfig,
-        validate=validate_ppo_run,
-        make_agent=_actor_critic_agent(PPO, "ppo"),
-    )
-)
-A2C_ALGORITHM = register(
-    Algorithm(
-        name="a2c",
-        section="a2c",
-        family="on_policy",
-        config=A2CRunConfig,
-        validate=validate_a2c_run,
-        make_agent=_actor_critic_agent(A2C, "a2c"),
-    )
-)
-APPO_ALGORITHM = register(
-    Algorithm(
-        name="appo",
-        section="appo",
-        family="on_policy",
-        config=APPORunConfig,
-        validate=validate_appo_run,
-        make_agent=_actor_critic_agent(PPO, "appo"),
-    )
-)
+def _on_policy(name: str, config: type, validate: Any, learner: type) -> Algorithm:
+    """The record of an actor-critic whose config section is named after it."""
+    make_agent = _actor_critic_agent(learner, name)
+    return register(Algorithm(name, name, "on_policy", config, validate, make_agent))
+
+
+PPO_ALGORITHM = _on_policy("ppo", PPORunConfig, validate_ppo_run, PPO)
+A2C_ALGORITHM = _on_policy("a2c", A2CRunConfig, validate_a2c_run, A2C)
+APPO_ALGORITHM = _on_policy("appo", APPORunConfig, validate_appo_run, PPO)
 
 # ----- the DQN family (the replay loop) -------------------------------------------------------
 

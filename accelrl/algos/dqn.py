@@ -110,7 +110,7 @@ class DQNConfig:
     """Treat a lost life as terminal in the targets (the game goes on)."""
     asynchronous: bool = False
     """Collect into the replay in a background thread while the learner samples from it
-    (``accelrl.async_replay``); a throttle holds replayed / collected at training_intensity."""
+    (``accelrl.replay.feeder``); a throttle holds replayed / collected at training_intensity."""
 
 
 def large_batch(batch_size: int, lr_at_32: float) -> dict:

@@ -8,7 +8,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 
 from accelrl.config import CollectorConfig
-from accelrl.progress import Progress
+from accelrl.run.progress import Progress
 
 VERSION_KEY = "policy_version"
 

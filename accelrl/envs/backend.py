@@ -4,7 +4,7 @@ A backend is one module: a subclass of ``EnvBackend`` decorated with ``@register
 ``accelrl/envs/__init__.py``. It says which game names it runs, checks its settings (before any
 simulator or worker starts), builds the batched TorchRL env, describes its observations and
 actions for the model factories, and, when it can, renders a screen for videos and
-``accelrl.play``. Game names choose the backend: a name only one backend runs (a gymnasium id,
+``accelrl.tools.play``. Game names choose the backend: a name only one backend runs (a gymnasium id,
 ``MinAtar/Breakout``) picks that one; Atari games, which two backends run, take the one
 ``--env.backend`` names (``selectable`` backends).
 """
@@ -52,7 +52,8 @@ class EnvBackend:
     """Steps its simulators in the process that builds the env (collector kind ``batched``,
     which gives each simulator its own slot, needs that)."""
     renders: ClassVar[bool] = False
-    """``screen`` returns RGB frames of the ``play_env`` (videos, ``accelrl.play --video``)."""
+    """``screen`` returns RGB frames of the ``play_env`` (videos, ``accelrl.tools.play
+    --video``)."""
 
     def runs(self, game: str) -> bool:
         """True when this backend runs ``game`` (a cheap name check, no simulator built)."""
@@ -93,7 +94,7 @@ class EnvBackend:
             env.close()
 
     def play_env(self, cfg: EnvConfig, seed: int) -> EnvBase:
-        """One simulator for ``accelrl.play`` and videos (batch ``[]`` or ``[1]``)."""
+        """One simulator for ``accelrl.tools.play`` and videos (batch ``[]`` or ``[1]``)."""
         return self.make(cfg, num_envs=1, seed=seed, sim_threads=1, synchronous=True)
 
     def screen(self, env: EnvBase) -> np.ndarray:

@@ -267,7 +267,7 @@ def make_gym_atari_env(cfg: EnvConfig, num_envs: int, *, seed: int) -> EnvBase:
 class AtariBackend(EnvBackend):
     """What both Atari backends share: game names, settings, specs, the play env.
 
-    ``accelrl.play`` and training videos play with one ``AtariWorkerEnv`` whichever backend
+    ``accelrl.tools.play`` and training videos play with one ``AtariWorkerEnv`` whichever backend
     trained: its preprocessing matches ``ale_vec`` frame for frame and it exposes the
     full-size RGB screen.
     """

@@ -15,7 +15,7 @@ from typing import Any
 
 import submitit
 
-from accelrl.checkpoint import list_checkpoints
+from accelrl.run.checkpoint import list_checkpoints
 
 
 class RecipeJob(submitit.helpers.Checkpointable):

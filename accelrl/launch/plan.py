@@ -17,9 +17,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from accelrl.checkpoint import list_checkpoints
 from accelrl.cli import FlagError, parse_flags, validate_recipe_config
 from accelrl.errors import ConfigError
+from accelrl.run.checkpoint import list_checkpoints
 
 
 class LaunchError(ValueError):

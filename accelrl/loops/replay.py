@@ -2,12 +2,12 @@
 eps-Rainbow), written once.
 
 Per batch: the simulators step epsilon-greedily with one batched forward pass -> the batch is
-written to the replay (``accelrl.replay.FrameReplay``: each frame stored once, stacks and
+written to the replay (``accelrl.replay.memory.FrameReplay``: each frame stored once, stacks and
 n-step targets rebuilt when sampled; uniform or prioritized) -> as many gradient steps on
 sampled minibatches as keep replayed / collected samples at ``--dqn.training-intensity`` (the
 target network copied when due, priorities written back) -> the new weights to the actors ->
 the log; evaluation, video and checkpoint when due. With ``--dqn.asynchronous`` a feeder
-thread collects while the learner updates (``accelrl.async_replay.ReplayFeeder``).
+thread collects while the learner updates (``accelrl.replay.feeder.ReplayFeeder``).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 import torch
 
 from accelrl.algos.registry import Algorithm
-from accelrl.async_replay import ReplayFeeder, SyncReplay
 from accelrl.collectors import WatchedCollector, run_collector
 from accelrl.config import rows_per_batch
 from accelrl.loops.start import started
-from accelrl.replay import FrameReplay
+from accelrl.replay.feeder import ReplayFeeder, SyncReplay
+from accelrl.replay.memory import FrameReplay
 
 
 def train(cfg: Any, algorithm: Algorithm) -> dict[str, Any]:

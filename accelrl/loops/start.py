@@ -2,13 +2,13 @@
 
 ``started(cfg, algorithm)``: the checks (the record's, on the resolved config), the process
 (``accelrl.process.setup_process``: devices, threads, seeds, stop signals, the data-parallel
-group), the run folder (``accelrl.run_folder.RunFolder``), the env's description, the
+group), the run folder (``accelrl.run.folder.RunFolder``), the env's description, the
 precision plan (resolved and logged once), the agent (the record's ``make_agent``) and its
 acting state. The loop then calls ``run.restore`` with what its checkpoints hold.
 
 ``acting_state(agent)`` is the only place the agent's initial state (a recurrent policy's, at an
 episode's start) is handed to what steps an env: the collectors, evaluation and videos (through
-the run folder) and ``accelrl.play``.
+the run folder) and ``accelrl.tools.play``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from accelrl.agent import Agent
 from accelrl.algos.registry import Algorithm
 from accelrl.envs import describe_env
 from accelrl.process import Process, lr_scale, setup_process
-from accelrl.run_folder import RunFolder
+from accelrl.run.folder import RunFolder
 
 
 def acting_state(agent: Agent) -> TensorDictBase | None:

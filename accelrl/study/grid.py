@@ -36,8 +36,8 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-from accelrl.checkpoint import list_checkpoints
-from accelrl.run_lock import FolderInUse, FolderLock
+from accelrl.run.checkpoint import list_checkpoints
+from accelrl.run.lock import FolderInUse, FolderLock
 
 if sys.version_info >= (3, 11):
     import tomllib

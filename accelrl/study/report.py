@@ -6,7 +6,7 @@ ended in the window of ``window`` x budget frames up to the point (the last epis
 point when none ended in it), from episodes.csv. A setting's score is the mean over seeds; its
 relative score the ratio of its mean to the standard setting's, per game, and over games the
 mean of the per-game ratios. Intervals are 95% stratified-bootstrap percentile intervals over
-seeds (``accelrl.report.bootstrap_interval``: seeds resampled within each setting and game). A
+seeds (``accelrl.tools.report.bootstrap_interval``: seeds resampled within each setting and game). A
 point enters the table for the seeds whose runs of both settings have logged past it.
 """
 
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from accelrl.plot import wall_minutes
-from accelrl.report import bootstrap_interval, csv_rows
-from accelrl.run_record import code_version
+from accelrl.run.record import code_version
 from accelrl.study.grid import RECORD_NAME, cell_folder
+from accelrl.tools.plot import wall_minutes
+from accelrl.tools.report import bootstrap_interval, csv_rows
 
 
 class StudyReportError(ValueError):

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from accelrl.checkpoint import list_checkpoints
+from accelrl.run.checkpoint import list_checkpoints
 from accelrl.study import keep
 from accelrl.study.grid import (
     FINISHED,

@@ -1,8 +1,8 @@
 """Report a suite of runs: per-game scores, human-normalized aggregates with confidence intervals,
 performance profiles and learning curves.
 
-    python -m accelrl.report runs/suite-*/ -o report          # report.txt, report-*.png, .csv
-    python -m accelrl.report runs/ppo-* runs/dqn-* -o compare  # one group per algorithm
+    python -m accelrl.tools.report runs/suite-*/ -o report          # report.txt, report-*.png, .csv
+    python -m accelrl.tools.report runs/ppo-* runs/dqn-* -o compare  # one group per algorithm
 
 Each run folder gives its algorithm, game and seed (config.json), its final score (the final
 greedy evaluation in summary.json, else the last row of eval.csv, else the mean of its last 100
@@ -32,14 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
-from accelrl.atari_scores import RANDOM_HUMAN, human_normalized
-from accelrl.run_record import (
+from accelrl.run.record import (
     CONFIG_NAME,
     DamagedRecord,
     describe_record,
     read_changes,
     read_config,
 )
+from accelrl.tools.atari_scores import RANDOM_HUMAN, human_normalized
 
 METRICS = ("median", "iqm", "mean")
 
@@ -330,7 +330,7 @@ def report(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m accelrl.report", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m accelrl.tools.report", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("run_dirs", nargs="+", help="run folders written by recipes")
     p.add_argument("-o", "--out", default="report", help="output prefix (default: report)")
@@ -341,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         report(args.run_dirs, args.out, group_by=args.group_by, reps=args.reps, seed=args.seed)
     except ReportError as err:
-        print(f"accelrl.report: error: {err}", file=sys.stderr)
+        print(f"accelrl.tools.report: error: {err}", file=sys.stderr)
         return 2
     return 0
 

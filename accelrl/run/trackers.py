@@ -1,6 +1,6 @@
 """Experiment trackers through TorchRL's loggers (``torchrl.record.loggers``): W&B and MLflow.
 
-CSV files and TensorBoard are written by ``accelrl.runlog.RunLogger`` itself, because a resumed
+CSV files and TensorBoard are written by ``accelrl.run.logger.RunLogger`` itself, because a resumed
 run must drop what the killed run logged after its checkpoint (CSV rows are cut, TensorBoard
 events hidden with ``purge_step``), which TorchRL's CSV and TensorBoard loggers cannot do.
 Trackers get the metrics and evaluation rows at x = emulator frames.
@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from accelrl.run_record import flatten
+from accelrl.run.record import flatten
 
 TRACKERS = ("wandb", "mlflow")
 # Modules each tracker imports -> the pip package that provides them. MLflow's default store

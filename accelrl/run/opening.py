@@ -15,11 +15,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from accelrl.checkpoint import list_checkpoints
 from accelrl.config import to_dict
 from accelrl.errors import ConfigError
-from accelrl.run_lock import FolderInUse, FolderLock
-from accelrl.run_record import (
+from accelrl.run.checkpoint import list_checkpoints
+from accelrl.run.lock import FolderInUse, FolderLock
+from accelrl.run.record import (
     CHANGES_NAME,
     CONFIG_NAME,
     FOLDER_FORMAT,

@@ -8,9 +8,9 @@ checkpoints, resume and summary.json.
         run.on_schedule(progress)             # stop signal, evaluation, video, checkpoint
         return run.finish(progress)
 
-Rank 0 writes, holding the folder's lock (``accelrl.run_lock``) from start to end; the other
+Rank 0 writes, holding the folder's lock (``accelrl.run.lock``) from start to end; the other
 ranks of a data-parallel job keep only counters. ``--resume`` checks the flags against the
-folder's record and records what it may change (``accelrl.run_record``). The ``with`` block
+folder's record and records what it may change (``accelrl.run.record``). The ``with`` block
 owns the stop-signal handlers (``accelrl.process.StopSignals``): installed on entry, restored
 on exit. Leaving it on a ``RunFailure`` (non-finite loss, failed checkpoint, dead worker, lost
 peer) adds where the run stood, and its latest checkpoint, to the error's one-line message.
@@ -30,7 +30,11 @@ from tensordict import TensorDictBase
 from accelrl import distributed
 from accelrl.agent import Agent, unique_parameters
 from accelrl.algos.common import NonFiniteError
-from accelrl.checkpoint import (
+from accelrl.config import to_dict
+from accelrl.envs import frames_per_step
+from accelrl.errors import RunFailure
+from accelrl.process import Process
+from accelrl.run.checkpoint import (
     UnsafeCheckpoint,
     capture_rng,
     list_checkpoints,
@@ -38,16 +42,12 @@ from accelrl.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from accelrl.config import to_dict
-from accelrl.envs import frames_per_step
-from accelrl.errors import RunFailure
-from accelrl.evaluate import evaluate, record_video, warn_if_capped
-from accelrl.process import Process
-from accelrl.progress import Every, Progress
-from accelrl.run_lock import FolderLock
-from accelrl.run_record import CHANGES_NAME, Change, append_changes, dumps
-from accelrl.run_start import open_folder
-from accelrl.runlog import RunLogger
+from accelrl.run.evaluate import evaluate, record_video, warn_if_capped
+from accelrl.run.lock import FolderLock
+from accelrl.run.logger import RunLogger
+from accelrl.run.opening import open_folder
+from accelrl.run.progress import Every, Progress
+from accelrl.run.record import CHANGES_NAME, Change, append_changes, dumps
 from accelrl.validate import ConfigError
 
 log = logging.getLogger("accelrl")

@@ -1,9 +1,9 @@
 """Plot episode returns of one or more runs vs emulator frames and vs wall-clock minutes.
 
-Usage: ``python -m accelrl.plot RUN_DIR [RUN_DIR ...] [-o out.png] [--smooth 100]``
+Usage: ``python -m accelrl.tools.plot RUN_DIR [RUN_DIR ...] [-o out.png] [--smooth 100]``
 
 Reads ``episodes.csv`` (frames, return, length) and ``metrics.csv`` (frames, time_s) written by
-``accelrl.runlog.RunLogger``; episodes get their wall time by interpolating ``time_s`` over
+``accelrl.run.logger.RunLogger``; episodes get their wall time by interpolating ``time_s`` over
 ``frames``. A dashed vertical line marks each frame count where a ``--resume`` changed the run's
 flags (``config_changes.jsonl``), labelled with the flags it changed. Uses matplotlib's Agg canvas
 directly (no pyplot), so it never needs a display and leaves the caller's backend alone.
@@ -22,7 +22,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
-from accelrl.run_record import DamagedRecord, flag_name, read_changes
+from accelrl.run.record import DamagedRecord, flag_name, read_changes
 
 
 class PlotError(ValueError):
@@ -134,7 +134,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out: str | Path, smooth: int = 100
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point; returns the process exit code (2 for unusable input)."""
     parser = argparse.ArgumentParser(
-        prog="python -m accelrl.plot", description=__doc__.split("\n")[0]
+        prog="python -m accelrl.tools.plot", description=__doc__.split("\n")[0]
     )
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR")
     parser.add_argument(
@@ -151,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         path = plot_runs(args.run_dirs, out, smooth=args.smooth)
     except PlotError as e:
-        print(f"accelrl.plot: error: {e}", file=sys.stderr)
+        print(f"accelrl.tools.plot: error: {e}", file=sys.stderr)
         return 2
     print(path)
     return 0

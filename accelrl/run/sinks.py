@@ -1,4 +1,5 @@
-"""Where ``accelrl.runlog.RunLogger`` writes: a run's CSV files, TensorBoard events and trackers.
+"""Where ``accelrl.run.logger.RunLogger`` writes: a run's CSV files, TensorBoard events and
+trackers.
 
 The CSV files are append-only with their columns fixed by the header; every row is flushed when
 written, and on (re)opening the rows past a frame count are dropped and lines that are not rows
@@ -166,7 +167,7 @@ class LogSinks:
             # Hides events logged after the checkpoint by the killed run.
             self._tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=cut + 1)
         if self._tracker_names:
-            from accelrl.trackers import Trackers
+            from accelrl.run.trackers import Trackers
 
             self._trackers = Trackers(
                 self.run_dir, self._tracker_names, self._project, self._config

@@ -26,10 +26,10 @@ TorchRL pieces. Sampling uses TorchRL's ``PrioritizedSampler`` (C++ sum/min segm
 both modes: with ``alpha = 0`` every sampleable entry has mass 1, which is exact uniform sampling
 over the valid entries; a small subclass sets the mass of entries that are not (or no longer)
 transitions to exactly zero, which ``update_priority`` cannot do (it stores ``(p + eps) ** alpha``)
-(``accelrl.replay_mass``). The sampler reads the storage through TorchRL's ``TensorStorage``
+(``accelrl.replay.sampler``). The sampler reads the storage through TorchRL's ``TensorStorage``
 wrapped around a TensorDict that is either plain RAM tensors or, with ``storage_dir``, tensordict
 memory-mapped files (``memmap_like`` / ``load_memmap``: sparse files, reopened in place on
-resume; ``accelrl.frame_storage``). TorchRL's
+resume; ``accelrl.replay.storage``). TorchRL's
 ``TensorDictReplayBuffer`` is not used: its storage returns the items that were written, while
 here one sample gathers ``2 * stack`` frames at offsets within an env's ring and ``n`` rewards,
 and items must stay masked until their target arrives, which its writer/sampler pair cannot
@@ -47,8 +47,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from accelrl.compat import new_tensordict_unchecked
-from accelrl.frame_storage import FrameStorage
-from accelrl.replay_mass import ReplayMass
+from accelrl.replay.sampler import ReplayMass
+from accelrl.replay.storage import FrameStorage
 
 
 class FrameReplay:

@@ -12,7 +12,7 @@ Emulator frames (agent steps x frame skip) are the x axis everywhere so that run
 numbers of simulators, frame skips or GPUs line up. Every csv row is flushed when written, so a
 SIGKILL loses at most the row being written (on resume, a line cut mid-row is moved to
 ``<name>.damaged`` with a warning). The files and trackers are written by
-``accelrl.log_sinks``, the bar drawn by ``accelrl.progress_bar``.
+``accelrl.run.sinks``, the bar drawn by ``accelrl.run.console``.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import torch
 
-from accelrl.log_sinks import LogSinks
-from accelrl.progress_bar import ProgressBar
+from accelrl.run.console import ProgressBar
+from accelrl.run.sinks import LogSinks
 
 _WINDOW = 100
 
@@ -39,7 +39,7 @@ def _as_list(values: Sequence[float] | Sequence[int] | torch.Tensor, kind: type)
 
 class RunLogger:
     """Writes a run's csv files, TensorBoard scalars and progress bar (rank 0 only: the other
-    ranks of a data-parallel run log to ``accelrl.run_folder.NullLogger``).
+    ranks of a data-parallel run log to ``accelrl.run.folder.NullLogger``).
 
     Resume: pass ``start_frames`` and call ``load_state_dict`` with the dict that
     ``state_dict`` returned when the checkpoint was written. It restores the counters (episodes

@@ -1,5 +1,5 @@
 """Episodes outside the learner: evaluation (greedy and sampled, many simulators at once), and
-one greedy episode into an MP4 (videos of a run and `accelrl.play`)."""
+one greedy episode into an MP4 (videos of a run and `accelrl.tools.play`)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
 """Export a run's greedy policy as a standalone model: observations in, actions out.
 
-    python -m accelrl.export RUN_DIR policy.pt2     # torch.export program (torch.export.load)
-    python -m accelrl.export RUN_DIR policy.onnx    # ONNX (needs onnx and onnxscript)
+    python -m accelrl.tools.export RUN_DIR policy.pt2     # torch.export program (torch.export.load)
+    python -m accelrl.tools.export RUN_DIR policy.onnx    # ONNX (needs onnx and onnxscript)
 
 The exported model takes a batch of observations as the env writes them (``uint8`` frames
 ``[B, 4, 84, 84]`` for Atari, ``uint8`` grids ``[B, C, 10, 10]`` for MinAtar, ``float32``
 ``[B, obs_dim]`` otherwise; any batch size) and returns
 ``int64`` actions ``[B]``: the actor's most likely action, or the action with the highest
-(expected, for C51) Q-value. The agent is loaded as ``accelrl.play`` loads it (config.json,
+(expected, for C51) Q-value. The agent is loaded as ``accelrl.tools.play`` loads it (config.json,
 newest good checkpoint or ``--checkpoint``, safe load).
 
 A recurrent agent (``--model.recurrent``) exports one step with its state as inputs and
@@ -30,8 +30,8 @@ import tyro
 from torch import nn
 
 from accelrl.agent import Agent
-from accelrl.play import PlayConfig, PlayError, load_agent, run_tool
 from accelrl.recurrent import core_for_state
+from accelrl.tools.play import PlayConfig, PlayError, load_agent, run_tool
 
 
 def greedy_module(agent: Agent) -> nn.Module:
@@ -135,7 +135,7 @@ def export(cfg: ExportConfig) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_tool("accelrl.export", ExportConfig, export, argv, __doc__)
+    run_tool("accelrl.tools.export", ExportConfig, export, argv, __doc__)
 
 
 if __name__ == "__main__":

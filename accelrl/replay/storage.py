@@ -1,11 +1,12 @@
-"""The entries behind ``accelrl.replay.FrameReplay``: one ring per env, each frame stored once.
+"""The entries behind ``accelrl.replay.memory.FrameReplay``: one ring per env, each frame stored
+once.
 
 Entry ``j`` of env ``e`` lives in slot ``e * ring + j % ring`` of one flat storage; an entry is
 one frame with the step's action, reward, ``done``, ``terminated``, ``life_lost`` and ``epos``
 (its position in the episode, capped at ``stack - 1``). ``append`` writes a collector batch (a
 step's newest frame, an episode's final frame after its last step, and at a stream start the
 older frames of its first observation) and ``stacks`` rebuilds observations from the ``stack``
-entries ending at an entry, zeros before the episode start (see ``accelrl.replay`` for the
+entries ending at an entry, zeros before the episode start (see ``accelrl.replay.memory`` for the
 layout). The storage is RAM tensors or, with ``storage_dir``, tensordict memory-mapped files
 (``memmap_like`` / ``load_memmap``: sparse files, reopened in place on resume).
 """

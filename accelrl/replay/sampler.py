@@ -1,4 +1,5 @@
-"""Which transitions of ``accelrl.replay.FrameReplay`` can be sampled, and how likely each is.
+"""Which transitions of ``accelrl.replay.memory.FrameReplay`` can be sampled, and how likely each
+is.
 
 Every storage slot has a sampling mass in TorchRL's ``PrioritizedSampler`` (C++ sum/min segment
 trees): exactly zero while its transition waits for its n-step target and once an entry its
@@ -23,7 +24,7 @@ from accelrl.compat import (
     segment_trees,
     set_max_priority,
 )
-from accelrl.frame_storage import FrameStorage
+from accelrl.replay.storage import FrameStorage
 
 
 class MaskedPrioritizedSampler(PrioritizedSampler):

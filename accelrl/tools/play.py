@@ -1,8 +1,8 @@
 """Watch a trained agent: play evaluation episodes from a run folder, optionally into an MP4.
 
-    python -m accelrl.play runs/ppo_Breakout_... --episodes 10
-    python -m accelrl.play RUN_DIR --video breakout.mp4 --episodes 1
-    python -m accelrl.play RUN_DIR --checkpoint RUN_DIR/checkpoints/ckpt_000002000000.pt
+    python -m accelrl.tools.play runs/ppo_Breakout_... --episodes 10
+    python -m accelrl.tools.play RUN_DIR --video breakout.mp4 --episodes 1
+    python -m accelrl.tools.play RUN_DIR --checkpoint RUN_DIR/checkpoints/ckpt_000002000000.pt
 
 The run's recipe and settings come from its ``config.json``; the agent is rebuilt with the
 recipe's ``make_agent`` and loaded from the newest good checkpoint (or ``--checkpoint``), with the
@@ -36,11 +36,11 @@ from tensordict.nn import InteractionType, set_interaction_type
 from accelrl.agent import Agent
 from accelrl.algos.catalog import algorithm
 from accelrl.algos.registry import UnknownAlgorithm
-from accelrl.checkpoint import CheckpointError, load_checkpoint, load_latest
 from accelrl.config import from_dict, resolve_device
-from accelrl.evaluate import Episode, VideoWriter, play_env, play_episode
 from accelrl.loops.start import acting_state
-from accelrl.run_record import CONFIG_NAME, DamagedRecord, current_config, read_config
+from accelrl.run.checkpoint import CheckpointError, load_checkpoint, load_latest
+from accelrl.run.evaluate import Episode, VideoWriter, play_env, play_episode
+from accelrl.run.record import CONFIG_NAME, DamagedRecord, current_config, read_config
 from accelrl.validate import check_device
 
 
@@ -91,7 +91,7 @@ class LoadedAgent:
 
 def load_agent(cfg: PlayConfig) -> LoadedAgent:
     """Rebuild the agent of ``cfg.run_dir`` and load its checkpoint (safely, see
-    ``accelrl.checkpoint``); raises ``PlayError`` or ``CheckpointError`` with one line."""
+    ``accelrl.run.checkpoint``); raises ``PlayError`` or ``CheckpointError`` with one line."""
     run_dir = Path(cfg.run_dir)
     config_path = run_dir / CONFIG_NAME
     try:
@@ -207,7 +207,7 @@ def run_tool(name: str, config_cls: type, action, argv: list[str] | None, doc: s
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_tool("accelrl.play", PlayConfig, play, argv, __doc__)
+    run_tool("accelrl.tools.play", PlayConfig, play, argv, __doc__)
 
 
 if __name__ == "__main__":

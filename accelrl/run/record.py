@@ -2,7 +2,8 @@
 the folder format) and config_changes.jsonl (every change a ``--resume`` brought in, with the
 frame count from which it applied).
 
-Light on imports (no torch), so that ``accelrl.plot`` and ``accelrl.report`` read it cheaply.
+Light on imports (no torch), so that ``accelrl.tools.plot`` and ``accelrl.tools.report`` read it
+cheaply.
 
 What ``--resume`` may change is decided field by field in ``RESUME_CHANGES``: a change of a
 ``LEARNED`` field alters what the run learns (a hyperparameter, the env, the seed, the number of
@@ -143,7 +144,7 @@ def code_version() -> dict[str, str | None]:
         version: str | None = metadata.version("accelrl")
     except metadata.PackageNotFoundError:
         version = None
-    source = Path(__file__).resolve().parent.parent
+    source = Path(__file__).resolve().parents[2]
     commit = None
     try:
         top = _git(source, "rev-parse", "--show-toplevel")

@@ -74,7 +74,7 @@ class ProgressBar:
 
     @contextmanager
     def side_bar(self, what: str, parts: int) -> Iterator[Callable[[int, int], None]]:
-        """A second bar under this one; see ``accelrl.runlog.RunLogger.side_bar``."""
+        """A second bar under this one; see ``accelrl.run.logger.RunLogger.side_bar``."""
         count = [0]
         tty = sys.stderr.isatty()  # a terminal's bar goes away after, a log file keeps the last
         bar = self._make(0, total=None, desc=f"{what} 0/{parts}", leave=not tty,
