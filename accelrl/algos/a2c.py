@@ -17,14 +17,12 @@ from torchrl.objectives import A2CLoss
 
 from accelrl.algos.common import (
     ActorCriticLearner,
-    advantages,
     explained_variance,
-    gradient_step,
     loss_metrics,
     set_lr,
     total_loss,
 )
-from accelrl.errors import ConfigError, check_positive
+from accelrl.errors import ConfigError, check_positive, check_probability
 from accelrl.optim import RMSpropTF, adam
 
 
@@ -72,9 +70,7 @@ def validate_a2c(cfg: A2CConfig, prefix: str = "a2c") -> None:
     check_positive(f"{prefix}.entropy_coef", cfg.entropy_coef, zero_ok=True)
     check_positive(f"{prefix}.value_coef", cfg.value_coef, zero_ok=True)
     for name in ("gamma", "gae_lambda", "rms_alpha"):
-        value = getattr(cfg, name)
-        if not 0.0 <= value <= 1.0:
-            raise ConfigError(f"{prefix}.{name}", value, "must be in [0, 1]")
+        check_probability(f"{prefix}.{name}", getattr(cfg, name))
 
 
 class A2C(ActorCriticLearner):
@@ -102,23 +98,13 @@ class A2C(ActorCriticLearner):
         """One gradient step on the whole ``[..., T]`` batch; returns its metrics."""
         lr = self.lr_at(progress)
         set_lr(self.optimizer, lr)
-        flat = advantages(
-            batch,
-            self.critic,
-            self.estimator,
-            device=self.device,
-            life_loss=self.cfg.life_loss_boundary,
-            precision=self.precision,
-            sequences=self.sequences,
-        )
+        flat = self.flat_advantages(batch)
         if self.cfg.normalize_advantage:
             adv = flat.get("advantage")
             flat.set("advantage", (adv - adv.mean()) / (adv.std() + 1e-8))
         out = self.objective(flat)
         total = total_loss(out)
-        grad_norm = gradient_step(
-            self.optimizer, total, self.params, self.cfg.max_grad_norm, self.guard, self.scaler
-        )
+        grad_norm = self.gradient_step(total)
         return {
             **{key: float(value.detach()) for key, value in loss_metrics(out, total).items()},
             "train/grad_norm": float(grad_norm),

@@ -289,6 +289,26 @@ class ActorCriticLearner:
         """The optimizer over ``self.params``."""
         raise NotImplementedError
 
+    def flat_advantages(self, batch: TensorDictBase) -> TensorDictBase:
+        """``batch`` on the learner's device with ``advantage`` and ``value_target``, flattened
+        as ``advantages`` does (``[N]`` steps, or ``[rows, T]`` sequences when recurrent)."""
+        return advantages(
+            batch,
+            self.critic,
+            self.estimator,
+            device=self.device,
+            life_loss=self.cfg.life_loss_boundary,
+            precision=self.precision,
+            sequences=self.sequences,
+        )
+
+    def gradient_step(self, total: torch.Tensor) -> torch.Tensor:
+        """``gradient_step`` on ``total`` over ``self.params``; returns the grad norm before
+        clipping to ``cfg.max_grad_norm``."""
+        return gradient_step(
+            self.optimizer, total, self.params, self.cfg.max_grad_norm, self.guard, self.scaler
+        )
+
     def _objective(self, batch: TensorDictBase) -> TensorDictBase:
         """The loss module's output on ``batch``; the trunk runs once for both heads. Under
         bf16/fp16 the networks compute in it and write fp32 logits and values, so the loss

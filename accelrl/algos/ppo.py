@@ -17,14 +17,12 @@ from torchrl.objectives.value import VTrace
 
 from accelrl.algos.common import (
     ActorCriticLearner,
-    advantages,
     explained_variance,
-    gradient_step,
     loss_metrics,
     set_lr,
     total_loss,
 )
-from accelrl.errors import ConfigError, check_positive
+from accelrl.errors import ConfigError, check_positive, check_probability
 from accelrl.optim import adam
 
 
@@ -88,9 +86,7 @@ def validate_ppo(cfg: PPOConfig, steps_per_batch: int, prefix: str = "ppo") -> N
     check_positive(f"{prefix}.entropy_coef", cfg.entropy_coef, zero_ok=True)
     check_positive(f"{prefix}.value_coef", cfg.value_coef, zero_ok=True)
     for name in ("gamma", "gae_lambda"):
-        value = getattr(cfg, name)
-        if not 0.0 <= value <= 1.0:
-            raise ConfigError(f"{prefix}.{name}", value, "must be in [0, 1]")
+        check_probability(f"{prefix}.{name}", getattr(cfg, name))
     if isinstance(cfg, APPOConfig):
         check_positive(f"{prefix}.vtrace_rho_clip", cfg.vtrace_rho_clip)
         check_positive(f"{prefix}.vtrace_c_clip", cfg.vtrace_c_clip)
@@ -151,15 +147,7 @@ class PPO(ActorCriticLearner):
             # TorchRL fixes the value clip at the initial clip_epsilon; baselines' PPO2 (and the
             # plain loop) clip the value with the same annealed range as the policy.
             self.loss.clip_value.fill_(clip)
-        flat = advantages(
-            batch,
-            self.critic,
-            self.estimator,
-            device=self.device,
-            life_loss=self.cfg.life_loss_boundary,
-            precision=self.precision,
-            sequences=self.sequences,
-        )
+        flat = self.flat_advantages(batch)
         # Minibatches gather only what the loss reads: the next observations alone (uint8 frames,
         # as large as the observations) doubled the bytes each gather copied.
         keys = self.loss.tensor_keys
@@ -184,14 +172,7 @@ class PPO(ActorCriticLearner):
                 mb = flat[order[start : start + size]]
                 out = self.objective(mb)
                 total = total_loss(out)
-                grad_norm = gradient_step(
-                    self.optimizer,
-                    total,
-                    self.params,
-                    self.cfg.max_grad_norm,
-                    self.guard,
-                    self.scaler,
-                )
+                grad_norm = self.gradient_step(total)
                 row = {
                     **loss_metrics(out, total),
                     "train/kl_approx": out["kl_approx"],
