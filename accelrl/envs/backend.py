@@ -167,6 +167,14 @@ def _unknown_game_hint(game: str) -> str:
     return f"{hint}accelrl runs {kinds}"
 
 
+def refuse_async_batch(cfg: EnvConfig, prefix: str = "env") -> None:
+    """For backends other than ``ale_vec``: ``--env.async-batch-size`` is its own."""
+    if cfg.async_batch_size:
+        raise ConfigError(
+            f"{prefix}.async_batch_size", cfg.async_batch_size, "needs backend ale_vec"
+        )
+
+
 def refuse_fire_on_life_loss(cfg: EnvConfig, prefix: str = "env") -> None:
     """For backends of games without FIRE or lives: ``--env.fire-on-life-loss`` is Atari's."""
     if cfg.fire_on_life_loss:
@@ -179,6 +187,14 @@ def refuse_hide_velocities(cfg: EnvConfig, prefix: str = "env") -> None:
     """For backends other than the classic one: ``--env.hide-velocities`` is CartPole's."""
     if cfg.hide_velocities:
         raise ConfigError(f"{prefix}.hide_velocities", True, f"is for CartPole, not {cfg.game}")
+
+
+def refuse_atari_and_cartpole_settings(cfg: EnvConfig, prefix: str = "env") -> None:
+    """For backends of neither ALE nor CartPole (MinAtar, the zero-cost simulators): the
+    settings that only ``ale_vec``, Atari and CartPole take."""
+    refuse_async_batch(cfg, prefix)
+    refuse_fire_on_life_loss(cfg, prefix)
+    refuse_hide_velocities(cfg, prefix)
 
 
 def leave_ctrl_c_to_the_learner() -> None:

@@ -35,6 +35,7 @@ from accelrl.config import EnvConfig
 from accelrl.envs.backend import (
     EnvBackend,
     leave_ctrl_c_to_the_learner,
+    refuse_async_batch,
     refuse_hide_velocities,
     register,
 )
@@ -333,10 +334,7 @@ class GymAtariBackend(AtariBackend):
 
     def check(self, cfg: EnvConfig, prefix: str = "env") -> None:
         super().check(cfg, prefix)
-        if cfg.async_batch_size:
-            raise ConfigError(
-                f"{prefix}.async_batch_size", cfg.async_batch_size, "needs backend ale_vec"
-            )
+        refuse_async_batch(cfg, prefix)
         if cfg.fire_on_life_loss:
             raise ConfigError(f"{prefix}.fire_on_life_loss", True, "needs backend ale_vec")
 

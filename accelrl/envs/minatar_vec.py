@@ -31,8 +31,7 @@ from accelrl.config import EnvConfig
 from accelrl.envs.backend import (
     EnvBackend,
     MissingExtra,
-    refuse_fire_on_life_loss,
-    refuse_hide_velocities,
+    refuse_atari_and_cartpole_settings,
     register,
 )
 from accelrl.envs.vector import SameStepVectorEnv
@@ -202,12 +201,7 @@ class MinAtarBackend(EnvBackend):
         if cfg.sticky_actions is not None:
             check_probability(f"{prefix}.sticky_actions", cfg.sticky_actions)
         check_positive(f"{prefix}.max_episode_frames", cfg.max_episode_frames)
-        if cfg.async_batch_size:
-            raise ConfigError(
-                f"{prefix}.async_batch_size", cfg.async_batch_size, "needs backend ale_vec"
-            )
-        refuse_fire_on_life_loss(cfg, prefix)
-        refuse_hide_velocities(cfg, prefix)
+        refuse_atari_and_cartpole_settings(cfg, prefix)
 
     def make(
         self, cfg: EnvConfig, *, num_envs: int, seed: int, sim_threads: int, synchronous: bool

@@ -28,8 +28,7 @@ from torchrl.envs import EnvBase
 from accelrl.config import EnvConfig
 from accelrl.envs.backend import (
     EnvBackend,
-    refuse_fire_on_life_loss,
-    refuse_hide_velocities,
+    refuse_atari_and_cartpole_settings,
     register,
 )
 from accelrl.envs.vector import InfoFinalObsVectorEnv
@@ -123,12 +122,7 @@ class NullBackend(EnvBackend):
         if null_game(cfg.game) is None:
             names = ", ".join(PREFIX + name for name in SHAPES)
             raise ConfigError(f"{prefix}.game", cfg.game, f"zero-cost simulators are {names}")
-        if cfg.async_batch_size:
-            raise ConfigError(
-                f"{prefix}.async_batch_size", cfg.async_batch_size, "needs backend ale_vec"
-            )
-        refuse_fire_on_life_loss(cfg, prefix)
-        refuse_hide_velocities(cfg, prefix)
+        refuse_atari_and_cartpole_settings(cfg, prefix)
 
     def make(
         self, cfg: EnvConfig, *, num_envs: int, seed: int, sim_threads: int, synchronous: bool
