@@ -398,10 +398,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ["game", "sims", "recipe", "plain us", "recipe us", "recipe/plain", "met?"],
         rows(results, recipes),
     )
-    payload = {**common.machine_info(), "results": results}
-    if args.json:
-        common.write_json(args.json, payload)
-    return payload
+    return common.results_payload(args.json, results)
 
 
 if __name__ == "__main__":

@@ -163,6 +163,14 @@ def write_json(path: str, payload: dict[str, Any]) -> None:
     print(f"wrote {path}")
 
 
+def results_payload(json_path: str | None, results: list, **extra: Any) -> dict[str, Any]:
+    """``machine_info()`` with ``extra`` and ``results``, written to ``json_path`` if given."""
+    payload = {**machine_info(), **extra, "results": results}
+    if json_path:
+        write_json(json_path, payload)
+    return payload
+
+
 # --- the summary table of ``benchmarks.run`` -------------------------------------------------
 
 

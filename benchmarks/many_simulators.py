@@ -85,10 +85,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ["recipe", "sims", "steps/batch", "frames/s"],
         [[r["recipe"], r["num_envs"], r["steps_per_batch"], r["frames_per_s"]] for r in results],
     )
-    payload = {**common.machine_info(), "game": args.game, "results": results}
-    if args.json:
-        common.write_json(args.json, payload)
-    return payload
+    return common.results_payload(args.json, results, game=args.game)
 
 
 if __name__ == "__main__":

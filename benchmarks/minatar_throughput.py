@@ -156,10 +156,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "acc/raw, lean/raw: median of per-round paired ratios; us/step: wrapper time per batched "
         "step; lean: stepped as LeanCollector steps it (step_into a batch's arrays)"
     )
-    payload = {**common.machine_info(), "game": args.game, "results": results}
-    if args.json:
-        common.write_json(args.json, payload)
-    return payload
+    return common.results_payload(args.json, results, game=args.game)
 
 
 if __name__ == "__main__":

@@ -114,6 +114,18 @@ def window_mean(rows: list[tuple[int, float]], window: int) -> float | None:
     return sum(r for _, r in rows[-window:]) / window if len(rows) >= window else None
 
 
+def print_progress(
+    elapsed_s: float, count: int, what: str, window: int, mean: float | None, frames: int
+) -> None:
+    """One progress line: ``count`` episodes (or games) by ``elapsed_s``, the mean return of the
+    last ``window`` of them ("-" before there are that many), and the frames played."""
+    m = "-" if mean is None else f"{mean:.1f}"
+    print(
+        f"  {elapsed_s:5.0f} s: {count} {what}, mean of last {window} {m}, frames {frames:,}",
+        flush=True,
+    )
+
+
 def has_update(metrics: str) -> bool:
     """True once the run's metrics.csv holds a data row (its first update is done)."""
     if not os.path.exists(metrics):
@@ -207,12 +219,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 best = mean if best is None else max(best, mean)
             if now - last_print >= 15:
                 last_print = now
-                m = "-" if mean is None else f"{mean:.1f}"
-                print(
-                    f"  {now - t_launch:5.0f} s: {n} episodes, mean of last {args.window} {m}, "
-                    f"frames {frames:,}",
-                    flush=True,
-                )
+                print_progress(now - t_launch, n, "episodes", args.window, mean, frames)
             if mean is not None and mean >= args.target:
                 reached_at, reached_frames = now, frames
                 break
@@ -347,12 +354,7 @@ def peer_main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict
                 now = time.perf_counter()
                 if now - last_print >= 15:
                     last_print = now
-                    m = "-" if mean is None else f"{mean:.1f}"
-                    print(
-                        f"  {now - t_launch:5.0f} s: {n} games, mean of last {args.window} {m}, "
-                        f"frames {frames:,}",
-                        flush=True,
-                    )
+                    print_progress(now - t_launch, n, "games", args.window, mean, frames)
                 if now - t_launch >= args.budget_s:
                     break
         finally:
