@@ -84,14 +84,22 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     return fake
 
 
+@pytest.fixture(name="plan")
+def two_core_plan():
+    """Two cores' thread plan, with torch at its learner count; torch's count is restored."""
+    before = torch.get_num_threads()
+    plan = plan_threads(ThreadsConfig(), num_workers=0, cores=2)
+    torch.set_num_threads(plan.learner_torch)
+    yield plan
+    torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("faster", [1, 2])
-def test_update_threads_follow_the_measurement(faster, clock):
+def test_update_threads_follow_the_measurement(faster, clock, plan):
     """Probes alternate 1 and 2 threads, the faster one (per unit of work) is kept, collection
     always gets its own count back, and a later probe window can change the choice (the
     machine's load changed)."""
-    plan = plan_threads(ThreadsConfig(), num_workers=0, cores=2)
     chooser = UpdateThreads(plan, probes=2, probe_every=20)
-    before = torch.get_num_threads()
     seen = []
 
     def update(slow_threads: int, units: int = 1) -> None:
@@ -100,85 +108,69 @@ def test_update_threads_follow_the_measurement(faster, clock):
             clock.sleep(0.004 * units * (3 if torch.get_num_threads() == slow_threads else 1))
         assert torch.get_num_threads() == plan.learner_torch
 
-    try:
-        torch.set_num_threads(plan.learner_torch)
-        slow = 3 - faster
-        for _ in range(10):
-            update(slow, units=2)
-        assert sorted(set(seen[1:5])) == [1, 2], seen  # the probe window tried both
-        assert chooser.choice == faster and seen[5:] == [faster] * 5
-        fresh = UpdateThreads(plan, probes=2, probe_every=20)
-        for _ in range(3):  # a warm-up update, then probes with no work due: no timings
-            with fresh(units=0):
-                pass
-        assert fresh.count == 3 and all(not t for t in fresh._times.values())
-        for _ in range(15):  # the next window, with the other count faster now
-            update(faster)
-        assert chooser.choice == slow
-    finally:
-        torch.set_num_threads(before)
+    slow = 3 - faster
+    for _ in range(10):
+        update(slow, units=2)
+    assert sorted(set(seen[1:5])) == [1, 2], seen  # the probe window tried both
+    assert chooser.choice == faster and seen[5:] == [faster] * 5
+    fresh = UpdateThreads(plan, probes=2, probe_every=20)
+    for _ in range(3):  # a warm-up update, then probes with no work due: no timings
+        with fresh(units=0):
+            pass
+    assert fresh.count == 3 and all(not t for t in fresh._times.values())
+    for _ in range(15):  # the next window, with the other count faster now
+        update(faster)
+    assert chooser.choice == slow
 
 
 @pytest.mark.parametrize("faster", [1, 2])
-def test_update_threads_probe_only_the_first_steps_of_an_update(faster, clock):
+def test_update_threads_probe_only_the_first_steps_of_an_update(faster, clock, plan):
     """``steps``: a probe update runs 1 + probe_steps steps at the probed count and the rest at
     the current choice (a slow count costs a few steps, not an update); updates before the
     first decision run at the collection count; the faster count per step is kept."""
-    plan = plan_threads(ThreadsConfig(), num_workers=0, cores=2)
     chooser = UpdateThreads(plan, probes=2, probe_every=20, probe_steps=3)
-    before = torch.get_num_threads()
     slow = 3 - faster
     updates = []
-    try:
-        torch.set_num_threads(plan.learner_torch)
-        for _ in range(8):
-            seen = []
-            for _ in chooser.steps(10):
-                seen.append(torch.get_num_threads())
-                clock.sleep(0.002 * (3 if torch.get_num_threads() == slow else 1))
-            updates.append(seen)
-            assert torch.get_num_threads() == plan.learner_torch
-        assert updates[0] == [1] * 10  # warm-up at the collection count
-        probed = [u[0] for u in updates[1:5]]
-        assert sorted(probed) == [1, 1, 2, 2], updates
-        for u in updates[1:5]:  # 4 steps at the probed count, then the choice so far
-            assert u[:4] == [u[0]] * 4 and u[4:] == [1] * 6, updates
-        assert chooser.choice == faster and updates[5:] == [[faster] * 10] * 3
-        fresh = UpdateThreads(plan, probes=2, probe_every=20, probe_steps=3)
-        for _ in range(5):  # updates of one step cannot be timed: no decision
-            for _ in fresh.steps(1):
-                pass
-        assert fresh.choice == plan.learner_torch and all(not t for t in fresh._times.values())
-    finally:
-        torch.set_num_threads(before)
+    for _ in range(8):
+        seen = []
+        for _ in chooser.steps(10):
+            seen.append(torch.get_num_threads())
+            clock.sleep(0.002 * (3 if torch.get_num_threads() == slow else 1))
+        updates.append(seen)
+        assert torch.get_num_threads() == plan.learner_torch
+    assert updates[0] == [1] * 10  # warm-up at the collection count
+    probed = [u[0] for u in updates[1:5]]
+    assert sorted(probed) == [1, 1, 2, 2], updates
+    for u in updates[1:5]:  # 4 steps at the probed count, then the choice so far
+        assert u[:4] == [u[0]] * 4 and u[4:] == [1] * 6, updates
+    assert chooser.choice == faster and updates[5:] == [[faster] * 10] * 3
+    fresh = UpdateThreads(plan, probes=2, probe_every=20, probe_steps=3)
+    for _ in range(5):  # updates of one step cannot be timed: no decision
+        for _ in fresh.steps(1):
+            pass
+    assert fresh.choice == plan.learner_torch and all(not t for t in fresh._times.values())
 
 
 @pytest.mark.parametrize("faster", [1, 2])
-def test_update_threads_measure_in_process_collection_too(faster, clock):
+def test_update_threads_measure_in_process_collection_too(faster, clock, plan):
     """``probe_collection``: from the second collection after the warm-up update on, 8 of them
     alternate 1 and 2 threads (each timed from the end of one update to the start of the
     next); the faster is kept for the collections after, independently of the updates' own
     choice."""
-    plan = plan_threads(ThreadsConfig(), num_workers=0, cores=2)
     chooser = UpdateThreads(plan, probes=2, probe_every=20, probe_collection=True)
-    before = torch.get_num_threads()
     slow = 3 - faster
     collected = []
-    try:
-        torch.set_num_threads(plan.learner_torch)
-        for _ in range(13):
-            collected.append(torch.get_num_threads())  # a collection at this count
-            clock.sleep(0.004 * (3 if torch.get_num_threads() == slow else 1))
-            with chooser():
-                clock.sleep(0.004 * (3 if torch.get_num_threads() == 2 else 1))  # 1 is faster
-        # Before any update, and after the warm-up update: the collection share.
-        assert collected[:2] == [plan.learner_torch] * 2
-        assert collected[2:10] == [1, 2] * 4, collected  # 4 probes of each
-        assert chooser.collect == faster and collected[10:] == [faster] * 3, collected
-        assert chooser.probe_phase() == 10
-        assert chooser.choice == 1  # the updates' own measurement
-    finally:
-        torch.set_num_threads(before)
+    for _ in range(13):
+        collected.append(torch.get_num_threads())  # a collection at this count
+        clock.sleep(0.004 * (3 if torch.get_num_threads() == slow else 1))
+        with chooser():
+            clock.sleep(0.004 * (3 if torch.get_num_threads() == 2 else 1))  # 1 is faster
+    # Before any update, and after the warm-up update: the collection share.
+    assert collected[:2] == [plan.learner_torch] * 2
+    assert collected[2:10] == [1, 2] * 4, collected  # 4 probes of each
+    assert chooser.collect == faster and collected[10:] == [faster] * 3, collected
+    assert chooser.probe_phase() == 10
+    assert chooser.choice == 1  # the updates' own measurement
 
 
 def test_learner_probes_collection_threads_only_for_in_process_sync_collection():
