@@ -42,6 +42,16 @@ State = tuple[torch.Tensor, ...]
 """A recurrent network's state: its RNN's tensors (the LSTM's h and c), each ``[1, B, hidden]``."""
 
 
+def orthogonal_rnn(rnn: nn.RNNBase) -> nn.RNNBase:
+    """``rnn`` with orthogonal weights (gain 1) and zero biases, as the recipes initialize it."""
+    for name, param in rnn.named_parameters():
+        if name.startswith("weight"):
+            nn.init.orthogonal_(param, 1.0)
+        else:
+            nn.init.zeros_(param)
+    return rnn
+
+
 class LSTMActorCritic(nn.Module):
     """MLP trunk -> LSTM -> policy and value heads (the recipes' parameter order)."""
 
@@ -56,12 +66,11 @@ class LSTMActorCritic(nn.Module):
     def build(self, trunk: nn.Module, features: int, num_actions: int, lstm_hidden: int) -> None:
         """Trunk (``features`` outputs), LSTM and heads, in this order (the recipes')."""
         self.trunk = trunk
-        self.lstm = nn.LSTM(features, lstm_hidden)
-        for name, param in self.lstm.named_parameters():
-            if name.startswith("weight"):
-                nn.init.orthogonal_(param, 1.0)
-            else:
-                nn.init.zeros_(param)
+        self.lstm = orthogonal_rnn(nn.LSTM(features, lstm_hidden))
+        self.add_heads(lstm_hidden, num_actions)
+
+    def add_heads(self, lstm_hidden: int, num_actions: int) -> None:
+        """The policy and value heads over the RNN's ``lstm_hidden`` outputs (after the RNN)."""
         self.policy = orth(nn.Linear(lstm_hidden, num_actions), 0.01)
         self.value = orth(nn.Linear(lstm_hidden, 1), 1.0)
 
@@ -95,14 +104,8 @@ class GRUActorCritic(LSTMActorCritic):
 
     def build(self, trunk: nn.Module, features: int, num_actions: int, lstm_hidden: int) -> None:
         self.trunk = trunk
-        self.gru = nn.GRU(features, lstm_hidden)
-        for name, param in self.gru.named_parameters():
-            if name.startswith("weight"):
-                nn.init.orthogonal_(param, 1.0)
-            else:
-                nn.init.zeros_(param)
-        self.policy = orth(nn.Linear(lstm_hidden, num_actions), 0.01)
-        self.value = orth(nn.Linear(lstm_hidden, 1), 1.0)
+        self.gru = orthogonal_rnn(nn.GRU(features, lstm_hidden))
+        self.add_heads(lstm_hidden, num_actions)
 
     def unroll(
         self, obs: torch.Tensor, state: State, starts: torch.Tensor
