@@ -58,6 +58,7 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -666,6 +667,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+SECTIONS_OF_ARGS: dict[str, Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]]] = {
+    "train": train_section,
+    "replay": replay_section,
+    "learner": learner_section,
+    "update": update_section,
+    "startup": startup_section,
+    "minatar": minatar_section,
+    "precision": precision_section,
+    "acting": acting_section,
+}
+"""The sections that read only the arguments (``env`` and ``collect`` share a simulator)."""
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     start = time.perf_counter()
@@ -696,22 +710,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         elif section == "collect":
             r, details["collect"] = collect_section(args, ref_env)
             ref_env = None
-        elif section == "train":
-            r, details["train"] = train_section(args)
-        elif section == "replay":
-            r, details["replay"] = replay_section(args)
-        elif section == "learner":
-            r, details["learner"] = learner_section(args)
-        elif section == "update":
-            r, details["update"] = update_section(args)
-        elif section == "minatar":
-            r, details["minatar"] = minatar_section(args)
-        elif section == "precision":
-            r, details["precision"] = precision_section(args)
-        elif section == "acting":
-            r, details["acting"] = acting_section(args)
         else:
-            r, details["startup"] = startup_section(args)
+            r, details[section] = SECTIONS_OF_ARGS[section](args)
         rows += r
         section_s[section] = time.perf_counter() - t0
         # Other work on a shared machine shows in the 1-minute load average.
