@@ -12,6 +12,7 @@ conversion is ``accelrl.envs.frames_per_step`` (``accelrl.run.progress.Progress`
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import typing
 from dataclasses import dataclass, field
@@ -253,12 +254,17 @@ def cpu_count() -> int:
 
 
 def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when available else ``cpu``; other values pass through."""
-    if device == "auto":
-        import torch
+    """``auto`` -> ``cuda`` when available else ``cpu``; other values pass through. ``auto`` is
+    resolved once per process (``_auto_device``): the checks, the process, the precision plan and
+    the collectors all see the same answer."""
+    return _auto_device() if device == "auto" else device
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return device
+
+@functools.cache
+def _auto_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
