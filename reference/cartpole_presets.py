@@ -12,8 +12,8 @@ from typing import Any
 from accelrl.algos.a2c import A2CConfig
 from accelrl.algos.catalog import algorithm
 from accelrl.algos.dqn import DQNConfig
-from accelrl.algos.pqn import PQNConfig
 from accelrl.algos.ppo import APPOConfig, PPOConfig
+from accelrl.algos.pqn import PQNConfig
 
 ENV_ID = "CartPole-v1"
 NUM_ENVS = 8

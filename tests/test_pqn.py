@@ -15,7 +15,7 @@ from accelrl.errors import ConfigError
 from recipes.pqn_atari import ALGORITHM, Config
 from reference import pqn as plain
 from tests.helpers import print_cartpole_result
-from tests.numerics import TIGHT, float64
+from tests.numerics import float64
 
 SPEC = {"obs_key": "observation", "obs_shape": (4,), "num_actions": 3}
 ENVS, STEPS = 4, 6
@@ -156,9 +156,12 @@ def test_the_network_has_a_layer_norm_before_every_relu():
 
 @pytest.mark.parametrize(
     "shape,widths",
-    [((4, 10, 10), [(16, 8, 8), (128,)]), ((4, 84, 84), [(32, 20, 20), (64, 9, 9), (64, 7, 7), (512,)])],
+    [
+        ((4, 10, 10), [(16, 8, 8), (128,)]),
+        ((4, 84, 84), [(32, 20, 20), (64, 9, 9), (64, 7, 7), (512,)]),
+    ],
     ids=["minatar", "atari"],
-)  # fmt: skip
+)
 def test_conv_q_networks_normalise_every_layer(shape, widths):
     """MinAtar's and the Nature CNN's PQN networks: a LayerNorm over each conv's whole output
     and over the hidden layer, as CleanRL's ``pqn_atari_envpool.py``."""
