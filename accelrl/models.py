@@ -79,27 +79,60 @@ def orthogonal_(layer: nn.Module, gain: float) -> nn.Module:
     return layer
 
 
+def conv_stack(
+    in_channels: int,
+    height: int,
+    width: int,
+    layers: Sequence[tuple[int, int, int]],
+    *,
+    layer_norm: bool = False,
+) -> tuple[nn.Sequential, int]:
+    """Convolutions ``(channels, kernel, stride)`` with orthogonal init (gain sqrt 2), each
+    followed by ReLU (with ``layer_norm``: a LayerNorm over its whole ``[C, H, W]`` output
+    first, as PQN's networks), then a flatten; returns the stack and its output width."""
+    gain = math.sqrt(2)
+    modules: list[nn.Module] = []
+    for channels, kernel, stride in layers:
+        modules.append(orthogonal_(nn.Conv2d(in_channels, channels, kernel, stride=stride), gain))
+        height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+        if layer_norm:
+            modules.append(nn.LayerNorm([channels, height, width]))
+        modules.append(nn.ReLU())
+        in_channels = channels
+    return nn.Sequential(*modules, nn.Flatten()), in_channels * height * width
+
+
+def dense(in_features: int, out_features: int, *, layer_norm: bool = False) -> nn.Sequential:
+    """A hidden layer: orthogonal init (gain sqrt 2), [LayerNorm,] ReLU."""
+    layer = orthogonal_(nn.Linear(in_features, out_features), math.sqrt(2))
+    norm = [nn.LayerNorm(out_features)] if layer_norm else []
+    return nn.Sequential(layer, *norm, nn.ReLU())
+
+
 class NatureCNN(nn.Module):
-    """Mnih et al. (2015) trunk: conv 32x8s4, 64x4s2, 64x3s1, then a 512-unit layer, ReLU."""
+    """Mnih et al. (2015) trunk: conv 32x8s4, 64x4s2, 64x3s1, then a 512-unit layer, ReLU.
+    ``layer_norm``: a LayerNorm before each ReLU (PQN, Gallici et al. 2025)."""
 
     input_scale = 1.0 / 255.0
     """Frames arrive as uint8 0..255."""
 
-    def __init__(self, in_channels: int = 4, screen_size: int = 84, features: int = 512) -> None:
+    def __init__(
+        self,
+        in_channels: int = 4,
+        screen_size: int = 84,
+        features: int = 512,
+        *,
+        layer_norm: bool = False,
+    ) -> None:
         super().__init__()
-        gain = math.sqrt(2)
-        self.convs = nn.Sequential(
-            orthogonal_(nn.Conv2d(in_channels, 32, 8, stride=4), gain),
-            nn.ReLU(),
-            orthogonal_(nn.Conv2d(32, 64, 4, stride=2), gain),
-            nn.ReLU(),
-            orthogonal_(nn.Conv2d(64, 64, 3, stride=1), gain),
-            nn.ReLU(),
-            nn.Flatten(),
+        self.convs, flat = conv_stack(
+            in_channels,
+            screen_size,
+            screen_size,
+            [(32, 8, 4), (64, 4, 2), (64, 3, 1)],
+            layer_norm=layer_norm,
         )
-        with torch.no_grad():
-            flat = self.convs(torch.zeros(1, in_channels, screen_size, screen_size)).shape[-1]
-        self.fc = nn.Sequential(orthogonal_(nn.Linear(flat, features), gain), nn.ReLU())
+        self.fc = dense(flat, features, layer_norm=layer_norm)
         self.out_features = features
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
@@ -108,21 +141,20 @@ class NatureCNN(nn.Module):
 
 class MinAtarCNN(nn.Module):
     """Young & Tian (2019) trunk for MinAtar's 10x10 grids: one 3x3 conv of 16 channels at
-    stride 1, ReLU, flatten, a 128-unit layer, ReLU. Initialised as ``NatureCNN``."""
+    stride 1, ReLU, flatten, a 128-unit layer, ReLU. Initialised as ``NatureCNN``;
+    ``layer_norm`` as there."""
 
     input_scale = 1.0
     """Grids arrive as uint8 0/1."""
 
-    def __init__(self, in_channels: int, height: int = 10, width: int = 10) -> None:
+    def __init__(
+        self, in_channels: int, height: int = 10, width: int = 10, *, layer_norm: bool = False
+    ) -> None:
         super().__init__()
-        gain = math.sqrt(2)
-        self.convs = nn.Sequential(
-            orthogonal_(nn.Conv2d(in_channels, 16, 3, stride=1), gain),
-            nn.ReLU(),
-            nn.Flatten(),
+        self.convs, flat = conv_stack(
+            in_channels, height, width, [(16, 3, 1)], layer_norm=layer_norm
         )
-        flat = 16 * (height - 2) * (width - 2)
-        self.fc = nn.Sequential(orthogonal_(nn.Linear(flat, 128), gain), nn.ReLU())
+        self.fc = dense(flat, 128, layer_norm=layer_norm)
         self.out_features = 128
 
     def forward(self, grid: torch.Tensor) -> torch.Tensor:
@@ -135,16 +167,16 @@ NATURE_CNN_MIN_SIZE = 36
 """The smallest frame the Nature CNN's convolutions fit (8x8 stride 4, 4x4 stride 2, 3x3)."""
 
 
-def conv_trunk(obs_shape: Sequence[int]) -> ConvTrunk | None:
+def conv_trunk(obs_shape: Sequence[int], *, layer_norm: bool = False) -> ConvTrunk | None:
     """The trunk an observation shape gets: frames ``[stack, H, W]`` of at least 36 pixels the
     Nature CNN, smaller grids ``[C, H, W]`` (MinAtar's ``[C, 10, 10]``) the MinAtar CNN, and
-    vectors none (None: the caller builds MLPs)."""
+    vectors none (None: the caller builds MLPs). ``layer_norm``: a LayerNorm before each ReLU."""
     if len(obs_shape) != 3:
         return None
     channels, height, width = obs_shape
     if min(height, width) >= NATURE_CNN_MIN_SIZE:
-        return NatureCNN(in_channels=channels, screen_size=width)
-    return MinAtarCNN(in_channels=channels, height=height, width=width)
+        return NatureCNN(in_channels=channels, screen_size=width, layer_norm=layer_norm)
+    return MinAtarCNN(in_channels=channels, height=height, width=width, layer_norm=layer_norm)
 
 
 def as_float(obs: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
@@ -170,16 +202,25 @@ class MLP(nn.Module):
     default init): action values grow to ~1/(1 - gamma), and a Tanh trunk with orthogonal init
     saturates on the way (it held DQN on CartPole far below its ReLU score:
     docs/development-notes.md#settings-that-learn-cartpole-the-tests-use-them).
+    ``layer_norm`` (Q-networks): a LayerNorm before each ReLU (PQN, Gallici et al. 2025).
     """
 
     def __init__(
-        self, in_features: int, hidden: Sequence[int] = (64, 64), *, q_values: bool = False
+        self,
+        in_features: int,
+        hidden: Sequence[int] = (64, 64),
+        *,
+        q_values: bool = False,
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
+        if layer_norm and not q_values:
+            raise ValueError("layer_norm is for Q-networks (q_values=True)")
         layers: list[nn.Module] = []
         for width in hidden:
             if q_values:
-                layers += [nn.Linear(in_features, width), nn.ReLU()]
+                norm = [nn.LayerNorm(width)] if layer_norm else []
+                layers += [nn.Linear(in_features, width), *norm, nn.ReLU()]
             else:
                 layers += [orthogonal_(nn.Linear(in_features, width), math.sqrt(2)), nn.Tanh()]
             in_features = width
@@ -363,7 +404,9 @@ class QNetwork(nn.Module):
     ``dueling`` splits the head into a state-value and an advantage stream (Wang et al. 2016),
     combined as V + A - mean(A); ``atoms`` > 1 outputs logits over a categorical return
     distribution per action (C51, Bellemare et al. 2017), shaped ``[..., atoms, actions]`` as
-    TorchRL's distributional modules expect. Both combine (Rainbow's head).
+    TorchRL's distributional modules expect. Both combine (Rainbow's head). ``layer_norm``: a
+    LayerNorm before every ReLU of the trunk and the hidden layer (PQN's networks, Gallici et al.
+    2025: no target network, so the normalisation keeps the TD updates stable).
     """
 
     def __init__(
@@ -374,10 +417,11 @@ class QNetwork(nn.Module):
         dueling: bool = False,
         atoms: int = 1,
         mlp_hidden: Sequence[int] = (64, 64),
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         self.num_actions, self.atoms, self.dueling = num_actions, atoms, dueling
-        conv = conv_trunk(obs_shape)
+        conv = conv_trunk(obs_shape, layer_norm=layer_norm)
         # Scale of the observations into the convolutions; None: vectors into the MLP.
         self.input_scale = None if conv is None else conv.input_scale
         if conv is not None:
@@ -386,12 +430,11 @@ class QNetwork(nn.Module):
 
             def stream(out: int) -> nn.Module:
                 return nn.Sequential(
-                    orthogonal_(nn.Linear(width, hidden), math.sqrt(2)),
-                    nn.ReLU(),
+                    *dense(width, hidden, layer_norm=layer_norm),
                     orthogonal_(nn.Linear(hidden, out), 1.0),
                 )
         else:
-            mlp = MLP(int(math.prod(obs_shape)), mlp_hidden, q_values=True)
+            mlp = MLP(int(math.prod(obs_shape)), mlp_hidden, q_values=True, layer_norm=layer_norm)
             self.features = nn.Sequential(nn.Flatten(start_dim=-len(obs_shape)), mlp)
             width = mlp.out_features
 

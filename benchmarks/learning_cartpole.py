@@ -1,11 +1,11 @@
 """Learning parity on CartPole-v1: each accelrl recipe next to its plain single-file loop.
 
     python -m benchmarks.learning_cartpole [--algos ppo a2c dqn double-dueling double-dueling-nstep
-        nstep-prioritized c51 rainbow] [--seeds 0 1 2] [--json PATH] [--quick]
+        nstep-prioritized c51 rainbow pqn] [--seeds 0 1 2] [--json PATH] [--quick]
         [--plain-epsilon-per-batch] [--plain-fused-adam]
 
-For every algorithm and seed, the plain loop (``reference.classic``: gymnasium vector env,
-numpy, PyTorch) and the recipe (``recipes/<algo>_atari.py``'s ``train`` with
+For every algorithm and seed, the plain loop (``reference.classic``, PQN's ``reference.pqn``:
+gymnasium vector env, numpy, PyTorch) and the recipe (``recipes/<algo>_atari.py``'s ``train`` with
 ``env.game = "CartPole-v1"``) train from one and the same recipe ``Config``, built by
 ``reference.cartpole_presets.cartpole_config`` (the recipe's defaults plus RL-zoo's CartPole
 settings, which the CartPole learning tests read too); one table then lists the mean return of
@@ -35,8 +35,9 @@ from accelrl import loops
 from accelrl.algos.catalog import algorithm
 from reference.cartpole_presets import KINDS, cartpole_config
 from reference.classic import plain_a2c, plain_dqn, plain_ppo
+from reference.pqn import plain_pqn
 
-PLAIN_LOOPS = {"dqn": plain_dqn, "ppo": plain_ppo, "a2c": plain_a2c}
+PLAIN_LOOPS = {"dqn": plain_dqn, "ppo": plain_ppo, "a2c": plain_a2c, "pqn": plain_pqn}
 
 
 # --- runs -------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import tyro
 
 from accelrl.algos.catalog import algorithm
 from accelrl.config import cpu_count
-from reference import atari, classic
+from reference import atari, classic, pqn
 from reference.atari import steady_fps
 from reference.atari_actor_critic import plain_a2c, plain_ppo
 from reference.atari_dqn import plain_dqn
@@ -81,7 +81,12 @@ def cartpole_main(argv: list[str]) -> None:
     if kind == "dqn":
         cfg = algorithm("dqn").resolve(cfg)
     torch.set_num_threads(1)
-    loop = {"dqn": classic.plain_dqn, "ppo": classic.plain_ppo, "a2c": classic.plain_a2c}[kind]
+    loop = {
+        "dqn": classic.plain_dqn,
+        "ppo": classic.plain_ppo,
+        "a2c": classic.plain_a2c,
+        "pqn": pqn.plain_pqn,
+    }[kind]
     out = loop(cfg)
     print(
         f"{args.algo} seed {cfg.seed}: last-100 {out['last100']:.1f}, greedy "

@@ -13,6 +13,7 @@ from accelrl.algos.a2c import A2CConfig
 from accelrl.algos.catalog import algorithm
 from accelrl.algos.dqn import DQNConfig
 from accelrl.algos.ppo import APPOConfig, PPOConfig
+from accelrl.algos.pqn import PQNConfig
 
 ENV_ID = "CartPole-v1"
 NUM_ENVS = 8
@@ -26,9 +27,10 @@ KINDS: dict[str, str] = {
     "nstep-prioritized": "dqn",
     "c51": "dqn",
     "rainbow": "dqn",
+    "pqn": "pqn",
 }
 """algo name -> kind: the registered algorithm (``accelrl.algos.catalog``) and the plain loop
-``reference.classic.plain_<kind>``."""
+``reference.classic.plain_<kind>`` (PQN's: ``reference.pqn.plain_pqn``)."""
 
 DQN_CARTPOLE = dict(
     lr=2.3e-3, adam_eps=1e-8, max_grad_norm=10.0, gamma=0.99,
@@ -71,6 +73,15 @@ A2C_CARTPOLE = dict(
 RMSprop, lr annealed to 0."""
 
 
+PQN_CARTPOLE = dict(
+    lr=1e-3, anneal_lr=True, gamma=0.99, q_lambda=0.65, epochs=4, minibatches=4,
+    max_grad_norm=10.0, eps_start=1.0, eps_end=0.05, eps_decay_fraction=0.5,
+)  # fmt: skip
+"""CleanRL's CartPole PQN (``pqn.py``: RAdam, lambda 0.65, 4 epochs x 4 minibatches, epsilon
+1 -> 0.05 over half the budget, (120, 84) LayerNorm MLP) at 4x its learning rate, 8 envs x 32
+steps and a fifth of its 500k steps, so that a run fits the learning tests' minute."""
+
+
 def use_cartpole(cfg: Any, algo: str) -> Any:
     """``cfg`` (the ``Config`` of ``recipes/<kind>_atari.py`` for ``algo``; APPO's for
     ``"appo"``) set to CartPole-v1 with ``algo``'s settings: simulators, batch, MLP, the
@@ -96,6 +107,11 @@ def use_cartpole(cfg: Any, algo: str) -> Any:
         cfg.model.mlp_hidden = (64, 64)
         cfg.a2c = A2CConfig(**A2C_CARTPOLE)
         cfg.total_frames = 150_000
+    elif kind == "pqn":
+        cfg.collector.steps_per_batch = 8 * 32
+        cfg.model.mlp_hidden = (120, 84)
+        cfg.pqn = PQNConfig(**PQN_CARTPOLE)
+        cfg.total_frames = 100_000
     else:
         raise ValueError(f"no CartPole settings for {algo!r}")
     return cfg

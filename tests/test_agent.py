@@ -22,6 +22,8 @@ CASES = [
     ("appo", "CartPole-v1"),
     ("dqn", "CartPole-v1"),
     ("dqn", "MinAtar/Breakout"),  # C51 below
+    ("pqn", "CartPole-v1"),
+    ("pqn", "MinAtar/Breakout"),
 ]
 
 
@@ -36,7 +38,13 @@ def build(algo: str, game: str):
     return record.make_agent(cfg, spec, torch.device("cpu")), spec
 
 
-RECIPES = {"ppo": "ppo_atari", "a2c": "a2c_atari", "appo": "appo_atari", "dqn": "dqn_atari"}
+RECIPES = {
+    "ppo": "ppo_atari",
+    "a2c": "a2c_atari",
+    "appo": "appo_atari",
+    "dqn": "dqn_atari",
+    "pqn": "pqn_atari",
+}
 
 
 def test_each_recipe_trains_the_registered_algorithm_of_its_name():
@@ -47,7 +55,7 @@ def test_each_recipe_trains_the_registered_algorithm_of_its_name():
         assert recipe.ALGORITHM is record and record.name == algo
         assert recipe.Config is record.config and record.section in vars(record.config())
         assert callable(recipe.train)
-    with pytest.raises(UnknownAlgorithm, match="'ddpg': accelrl knows a2c, appo, dqn, ppo"):
+    with pytest.raises(UnknownAlgorithm, match="'ddpg': accelrl knows a2c, appo, dqn, ppo, pqn"):
         algorithm("ddpg")
 
 

@@ -1,6 +1,7 @@
 """``python -m accelrl.tools.export``: the exported greedy policy (torch.export program and ONNX)
 picks the same actions as the PyTorch policy it came from, for an actor-critic on frames and for a
-C51 + dueling Q-network on vector observations, at a batch size other than the one traced."""
+C51 + dueling Q-network and PQN's LayerNorm Q-network on vector observations, at a batch size
+other than the one traced."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ RUNS = {
         "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch", "64",
         "--dqn.learning-starts-frames", "128", "--dqn.distributional", "--dqn.dueling",
         "--dqn.v-min", "0", "--dqn.v-max", "100", "--total-frames", "512",
+    ]),
+    "pqn-cartpole": ("pqn_atari", [
+        "--env.game", "CartPole-v1", "--env.num-envs", "4", "--collector.steps-per-batch", "64",
+        "--pqn.minibatches", "2", "--pqn.epochs", "1", "--total-frames", "256",
     ]),
 }  # fmt: skip
 
@@ -59,12 +64,16 @@ def reference_actions(loaded, key: str, obs: torch.Tensor) -> torch.Tensor:
 def varied(run: Path):
     """The run's agent with its weights redrawn at a large scale, so that the greedy action
     differs across observations (a barely trained agent picks one action everywhere, and an
-    export that returned a constant would pass)."""
+    export that returned a constant would pass). LayerNorms (PQN's) keep their scale and shift:
+    redrawn, a near-zero scale leaves every observation's features alike, and the action that
+    the head's bias favours wins everywhere."""
     loaded = load_agent(PlayConfig(run_dir=str(run)))
     torch.manual_seed(0)
     with torch.no_grad():
-        for p in loaded.policy.parameters():
-            p.normal_(0.0, 0.5)
+        for module in loaded.policy.modules():
+            if not isinstance(module, torch.nn.LayerNorm):
+                for p in module.parameters(recurse=False):
+                    p.normal_(0.0, 0.5)
     return loaded
 
 

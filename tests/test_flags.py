@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = ["ppo_atari", "a2c_atari", "appo_atari", "dqn_atari"]
+RECIPES = ["ppo_atari", "a2c_atari", "appo_atari", "dqn_atari", "pqn_atari"]
 
 
 def field_docstrings(cls: type) -> dict[str, str]:
@@ -58,7 +58,8 @@ SIGNED = {"dqn.v_min", "dqn.v_max"}
 PROBABILITIES = [
     "env.sticky_actions", "ppo.gamma", "ppo.gae_lambda", "a2c.gamma", "a2c.gae_lambda",
     "a2c.rms_alpha", "appo.gamma", "appo.gae_lambda", "dqn.gamma", "dqn.tau", "dqn.eps_start",
-    "dqn.eps_end", "dqn.eval_eps", "dqn.priority_alpha", "dqn.priority_beta",
+    "dqn.eps_end", "dqn.eval_eps", "dqn.priority_alpha", "dqn.priority_beta", "pqn.gamma",
+    "pqn.q_lambda", "pqn.eps_start", "pqn.eps_end", "pqn.eps_decay_fraction", "pqn.eval_eps",
 ]  # fmt: skip
 
 

@@ -6,6 +6,7 @@ plain Atari loop records whole-game scores, and ``compare`` reads run folders of
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 
 import numpy as np
@@ -30,10 +31,10 @@ DQN_FLAGS = {  # (double, dueling, n_step, prioritized, distributional)
 def test_cartpole_config_holds_every_setting_once():
     """One recipe ``Config`` per algorithm carries RL-zoo's CartPole settings; the recipe run
     and the plain loop both take it."""
-    assert set(KINDS) == {"ppo", "a2c", *DQN_FLAGS}
+    assert set(KINDS) == {"ppo", "a2c", "pqn", *DQN_FLAGS}
     for algo, kind in KINDS.items():
         cfg = cartpole_config(algo, seed=3, eval_episodes=7, run_dir="unused")
-        assert type(cfg).__module__ == f"recipes.{kind}_atari"
+        assert type(cfg) is importlib.import_module(f"recipes.{kind}_atari").Config
         assert (cfg.seed, cfg.run_dir, cfg.device, cfg.log.eval_episodes) == (3, "unused", "cpu", 7)
         assert (cfg.env.game, cfg.env.num_envs) == ("CartPole-v1", 8)
         quick = cartpole_config(algo, quick=True)
@@ -62,6 +63,14 @@ def test_cartpole_config_holds_every_setting_once():
             assert (p.anneal_lr, p.anneal_clip, p.clip_value, p.normalize_advantage) == (
                 True, True, True, True)  # fmt: skip
             assert (p.max_grad_norm, p.adam_eps) == (0.5, 1e-5)
+        elif kind == "pqn":
+            q = cfg.pqn
+            assert cfg.total_frames == 100_000 and cfg.collector.steps_per_batch == 8 * 32
+            assert tuple(cfg.model.mlp_hidden) == (120, 84)
+            assert (q.lr, q.anneal_lr, q.gamma, q.q_lambda, q.epochs, q.minibatches) == (
+                1e-3, True, 0.99, 0.65, 4, 4)  # fmt: skip
+            assert (q.eps_start, q.eps_end, q.eps_decay_fraction, q.max_grad_norm) == (
+                1.0, 0.05, 0.5, 10.0)  # fmt: skip
         else:
             a = cfg.a2c
             assert cfg.total_frames == 150_000 and cfg.collector.steps_per_batch == 8 * 5

@@ -97,6 +97,16 @@ def test_play_a_dqn_run_on_cartpole(tmp_path):
     )
 
 
+def test_play_a_pqn_run_on_cartpole(tmp_path):
+    run = tmp_path / "pqn"
+    train("pqn_atari", run, "--env.game", "CartPole-v1", "--env.num-envs", "4",
+          "--collector.steps-per-batch", "64", "--pqn.minibatches", "2",
+          "--total-frames", "256")  # fmt: skip
+    out = play(str(run), "--episodes", "2")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(re.findall(r"^episode \d+: score", out.stdout, re.M)) == 2
+
+
 def test_play_errors_are_one_line(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -100,6 +100,8 @@ CARTPOLE_RUNS = {
             }
         },
     ),
+    # The acting epsilon (set per batch) and RAdam's state.
+    "pqn": ("pqn_atari", {"pqn": {"epochs": 2, "minibatches": 2, "eps_decay_fraction": 0.5}}),
 }
 
 

@@ -17,8 +17,9 @@ from accelrl import precision
 from accelrl.algos.a2c import A2C, A2CConfig, validate_a2c
 from accelrl.algos.dqn import DQN, DQNConfig, apply_preset, preset_num_envs, validate_dqn
 from accelrl.algos.ppo import PPO, APPOConfig, PPOConfig, validate_ppo
+from accelrl.algos.pqn import PQN, PQNConfig, validate_pqn
 from accelrl.algos.registry import ALGORITHMS, Algorithm, UnknownAlgorithm, register
-from accelrl.config import CollectorConfig, EnvConfig, RunConfig, given_flags
+from accelrl.config import CollectorConfig, EnvConfig, RunConfig, given_flags, rows_per_batch
 from accelrl.envs import frames_per_step
 from accelrl.models import make_actor_critic
 from accelrl.validate import (
@@ -126,6 +127,76 @@ def _on_policy(name: str, config: type, validate: Any, learner: type) -> Algorit
 PPO_ALGORITHM = _on_policy("ppo", PPORunConfig, validate_ppo_run, PPO)
 A2C_ALGORITHM = _on_policy("a2c", A2CRunConfig, validate_a2c_run, A2C)
 APPO_ALGORITHM = _on_policy("appo", APPORunConfig, validate_appo_run, PPO)
+
+# ----- PQN: Q-learning on the on-policy loop's batches ------------------------------------------
+
+
+@dataclass
+class PQNRunConfig(RunConfig):
+    """PQN on Atari. Frames are emulator frames (agent steps x frameskip), as in the paper."""
+
+    env: EnvConfig = field(default_factory=lambda: EnvConfig(num_envs=32))
+    pqn: PQNConfig = field(default_factory=PQNConfig)
+    collector: CollectorConfig = field(
+        default_factory=lambda: CollectorConfig(steps_per_batch=1024)
+    )
+    """Default batch: 1024 agent steps = 32 envs x 32 steps (CleanRL's 1024 steps a batch, in
+    the paper's many short rollouts: its Atari runs take 128 envs x 32 steps)."""
+
+
+def validate_pqn_run(cfg: PQNRunConfig) -> None:
+    """Every check of a PQN run, before any simulator or worker starts."""
+    validate_common(cfg)
+    validate_pqn(cfg.pqn, cfg.collector.steps_per_batch, rows_per_batch(cfg.env, cfg.collector))
+    require_whole_trajectories(cfg.env, "PQN")
+    if cfg.model.recurrent != "none":
+        raise ConfigError(
+            "model.recurrent", cfg.model.recurrent, "is for the actor-critics (PPO, A2C)"
+        )
+    if cfg.collector.kind == "async":
+        raise ConfigError(
+            "collector.kind",
+            "async",
+            "PQN's lambda returns and epsilon schedule take each batch as acted by the current "
+            "weights; use sync, alternating or batched",
+        )
+
+
+def make_pqn_agent(
+    cfg: PQNRunConfig,
+    env_spec: dict,
+    device: torch.device,
+    *,
+    lr_scale: float = 1.0,
+    world_size: int = 1,
+    plan: precision.Plan | None = None,
+) -> PQN:
+    """The LayerNorm Q-network (Nature CNN, MinAtar CNN or MLP trunk by the observation shape)
+    in TorchRL's ``QValueActor``, epsilon-greedy acting and RAdam at ``lr_scale`` x
+    ``pqn.lr``."""
+    return PQN(
+        replace(cfg.pqn, lr=cfg.pqn.lr * lr_scale),
+        obs_key=env_spec["obs_key"],
+        obs_shape=env_spec["obs_shape"],
+        num_actions=env_spec["num_actions"],
+        device=device,
+        mlp_hidden=cfg.model.mlp_hidden,
+        on_nonfinite=cfg.on_nonfinite,
+        compile_loss=cfg.compile.loss,
+        precision=plan or precision.plan(cfg, env_spec["obs_shape"], device),
+    )
+
+
+PQN_ALGORITHM = register(
+    Algorithm(
+        name="pqn",
+        section="pqn",
+        family="on_policy",
+        config=PQNRunConfig,
+        validate=validate_pqn_run,
+        make_agent=make_pqn_agent,
+    )
+)
 
 # ----- the DQN family (the replay loop) -------------------------------------------------------
 

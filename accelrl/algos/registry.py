@@ -2,11 +2,12 @@
 
 An ``Algorithm`` names what a run of it needs: its config (a ``RunConfig`` with the algorithm's
 section), its checks, its agent factory and its family, whose loop trains it
-(``accelrl.loops``: ``on_policy`` for PPO, A2C and APPO; ``replay`` for the DQN family). The
-run folder records the name; ``accelrl.tools.play`` and ``accelrl.tools.export`` rebuild the
-agent from it; the run record counts the section as learned; the recipes and the plain reference
-loops take their configs from it. The built-in records are in ``accelrl.algos.catalog``; an
-algorithm of your own is one more ``register(Algorithm(...))`` (docs/architecture.md).
+(``accelrl.loops``: ``on_policy`` for PPO, A2C, APPO and PQN; ``replay`` for the DQN
+family). The run folder records the name; ``accelrl.tools.play`` and ``accelrl.tools.export``
+rebuild the agent from it; the run record counts the section as learned; the recipes and the
+plain reference loops take their configs from it. The built-in records are in
+``accelrl.algos.catalog``; an algorithm of your own is one more ``register(Algorithm(...))``
+(docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The training loops, one per family of algorithms (``accelrl.algos.registry.FAMILIES``).
 
-- ``on_policy.train``: PPO, A2C, APPO: collect a batch, learn from it, publish the weights.
+- ``on_policy.train``: PPO, A2C, APPO, PQN: collect a batch, learn from it, publish the weights.
 - ``replay.train``: the DQN family: collect into a replay, replay from it at the training
   intensity, publish the weights.
 - ``start``: what both do first (checks, the process, the run folder, the agent, ``--resume``)

@@ -1,12 +1,13 @@
-"""The on-policy loop: PPO, A2C and APPO (Stooke & Abbeel 2018's synchronous and asynchronous
-sampling and optimisation), written once.
+"""The on-policy loop: PPO, A2C, APPO and PQN (Stooke & Abbeel 2018's synchronous and
+asynchronous sampling and optimisation), written once.
 
 Per batch: the simulators step with one batched forward pass acting for all of them (TorchRL's
 ``Collector``, ``MultiSyncCollector`` or ``MultiAsyncCollector``, or ours:
 ``accelrl.collectors.make_collector``) -> a batch ``[envs, T]`` (``[workers, envs, T]``) of
 agent steps -> the learner's ``update`` (PPO: GAE, then epochs x minibatches of clipped steps;
-A2C: n-step returns, one step on all of it) -> the new weights to the actors -> the log;
-evaluation, video and checkpoint when due.
+A2C: n-step returns, one step on all of it; PQN: Q(lambda) targets, then epochs x minibatches
+of MSE steps) -> the new weights to the actors -> the log; evaluation, video and checkpoint
+when due.
 
 With an asynchronous collector (``--collector.kind async``: APPO's default) a batch may have
 been acted by older weights: ``PolicyLag`` stamps each step with the version that took it,
