@@ -113,7 +113,7 @@ def flags_in(config_cls: type, argv: Sequence[str]) -> set[str]:
     """The dotted field names ``argv`` gives values to: ``--dqn.lr 1e-4``, ``--dqn.lr=1e-4``,
     ``--dqn.no-double`` (``dqn.double``), by name and not by value, so a flag given at its
     default value counts as given."""
-    fields = set(_field_paths(config_cls))
+    fields = {path for path, _, _ in leaf_fields(config_cls)}
     given = set()
     for arg in argv:
         if not arg.startswith("--"):
@@ -128,15 +128,16 @@ def flags_in(config_cls: type, argv: Sequence[str]) -> set[str]:
     return given
 
 
-def _field_paths(cls: type, prefix: str = "") -> list[str]:
-    paths = []
+def leaf_fields(cls: type, prefix: str = "") -> list[tuple[str, type, str]]:
+    """(dotted path, owning class, field name) of every flag of the config class ``cls``."""
+    found = []
     for f in dataclasses.fields(cls):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if dataclasses.is_dataclass(default):
-            paths += _field_paths(type(default), f"{prefix}{f.name}.")
+            found += leaf_fields(type(default), f"{prefix}{f.name}.")
         else:
-            paths.append(prefix + f.name)
-    return paths
+            found.append((prefix + f.name, cls, f.name))
+    return found
 
 
 def _tyro_reason(text: str) -> str:

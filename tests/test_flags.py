@@ -3,13 +3,14 @@ before anything starts, and a preset fills only the flags the user did not give.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from accelrl.cli import leaf_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["ppo_atari", "a2c_atari", "appo_atari", "dqn_atari", "pqn_atari"]
@@ -23,18 +24,6 @@ def field_docstrings(cls: type) -> dict[str, str]:
     finally:
         sys.path.remove(str(ROOT / "docs" / "hooks"))
     return read(cls)
-
-
-def leaf_fields(cls: type, prefix: str = "") -> list[tuple[str, type, str]]:
-    """(dotted path, owning class, field name) of every flag of the config class ``cls``."""
-    found = []
-    for f in dataclasses.fields(cls):
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if dataclasses.is_dataclass(default):
-            found += leaf_fields(type(default), f"{prefix}{f.name}.")
-        else:
-            found.append((prefix + f.name, cls, f.name))
-    return found
 
 
 def config_classes() -> list[tuple[str, type]]:

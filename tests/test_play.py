@@ -80,11 +80,17 @@ def test_play_acts_with_the_checkpoint_weights(pong_run):
     assert not torch.equal(logits(policy), logits(fresh.get_policy_operator()))
 
 
-def test_play_a_dqn_run_on_cartpole(tmp_path):
-    run = tmp_path / "dqn"
-    train("dqn_atari", run, "--env.game", "CartPole-v1", "--env.num-envs", "4",
-          "--collector.steps-per-batch", "64", "--dqn.learning-starts-frames", "128",
-          "--total-frames", "512")  # fmt: skip
+@pytest.mark.parametrize(
+    "recipe,flags",
+    [
+        ("dqn_atari", ["--dqn.learning-starts-frames", "128", "--total-frames", "512"]),
+        ("pqn_atari", ["--pqn.minibatches", "2", "--total-frames", "256"]),
+    ],
+)
+def test_play_a_q_learning_run_on_cartpole(tmp_path, recipe, flags):
+    run = tmp_path / recipe
+    train(recipe, run, "--env.game", "CartPole-v1", "--env.num-envs", "4",
+          "--collector.steps-per-batch", "64", *flags)  # fmt: skip
     out = play(str(run), "--episodes", "2")
     assert out.returncode == 0, out.stderr[-2000:]
     assert len(re.findall(r"^episode \d+: score", out.stdout, re.M)) == 2
@@ -95,16 +101,6 @@ def test_play_a_dqn_run_on_cartpole(tmp_path):
         "accelrl.tools.play: error: --video records game screens, and CartPole-v1 "
         "(backend classic) has none"
     )
-
-
-def test_play_a_pqn_run_on_cartpole(tmp_path):
-    run = tmp_path / "pqn"
-    train("pqn_atari", run, "--env.game", "CartPole-v1", "--env.num-envs", "4",
-          "--collector.steps-per-batch", "64", "--pqn.minibatches", "2",
-          "--total-frames", "256")  # fmt: skip
-    out = play(str(run), "--episodes", "2")
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert len(re.findall(r"^episode \d+: score", out.stdout, re.M)) == 2
 
 
 def test_play_errors_are_one_line(tmp_path):

@@ -144,38 +144,11 @@ class PQNRunConfig(RunConfig):
     the paper's many short rollouts: its Atari runs take 128 envs x 32 steps)."""
 
 
-def validate_pqn_run(cfg: PQNRunConfig) -> None:
-    """Every check of a PQN run, before any simulator or worker starts."""
-    validate_common(cfg)
-    validate_pqn(cfg.pqn, cfg.collector.steps_per_batch, rows_per_batch(cfg.env, cfg.collector))
-    require_whole_trajectories(cfg.env, "PQN")
-    if cfg.model.recurrent != "none":
-        raise ConfigError(
-            "model.recurrent", cfg.model.recurrent, "is for the actor-critics (PPO, A2C)"
-        )
-    if cfg.collector.kind == "async":
-        raise ConfigError(
-            "collector.kind",
-            "async",
-            "PQN's lambda returns and epsilon schedule take each batch as acted by the current "
-            "weights; use sync, alternating or batched",
-        )
-
-
-def make_pqn_agent(
-    cfg: PQNRunConfig,
-    env_spec: dict,
-    device: torch.device,
-    *,
-    lr_scale: float = 1.0,
-    world_size: int = 1,
-    plan: precision.Plan | None = None,
-) -> PQN:
-    """The LayerNorm Q-network (Nature CNN, MinAtar CNN or MLP trunk by the observation shape)
-    in TorchRL's ``QValueActor``, epsilon-greedy acting and RAdam at ``lr_scale`` x
-    ``pqn.lr``."""
-    return PQN(
-        replace(cfg.pqn, lr=cfg.pqn.lr * lr_scale),
+def _q_learner_args(
+    cfg: RunConfig, env_spec: dict, device: torch.device, plan: precision.Plan | None
+) -> dict[str, Any]:
+    """What the Q-learners (DQN, PQN) build their networks and steps from."""
+    return dict(
         obs_key=env_spec["obs_key"],
         obs_shape=env_spec["obs_shape"],
         num_actions=env_spec["num_actions"],
@@ -187,15 +160,42 @@ def make_pqn_agent(
     )
 
 
-PQN_ALGORITHM = register(
-    Algorithm(
-        name="pqn",
-        section="pqn",
-        family="on_policy",
-        config=PQNRunConfig,
-        validate=validate_pqn_run,
-        make_agent=make_pqn_agent,
+def _feed_forward_in_step(cfg: RunConfig, why_not_async: str) -> None:
+    """The Q-learners' shared refusals: no recurrent core, no asynchronous collector (whose
+    batches come from one worker at a time, acted by older weights)."""
+    if cfg.model.recurrent != "none":
+        raise ConfigError(
+            "model.recurrent", cfg.model.recurrent, "is for the actor-critics (PPO, A2C)"
+        )
+    if cfg.collector.kind == "async":
+        raise ConfigError("collector.kind", "async", why_not_async)
+
+
+def validate_pqn_run(cfg: PQNRunConfig) -> None:
+    """Every check of a PQN run, before any simulator or worker starts."""
+    validate_common(cfg)
+    validate_pqn(cfg.pqn, cfg.collector.steps_per_batch, rows_per_batch(cfg.env, cfg.collector))
+    require_whole_trajectories(cfg.env, "PQN")
+    _feed_forward_in_step(
+        cfg,
+        "PQN's lambda returns and epsilon schedule take each batch as acted by the current "
+        "weights; use sync, alternating or batched",
     )
+
+
+def make_pqn_agent(cfg: PQNRunConfig, env_spec: dict, device: torch.device, **run: Any) -> PQN:
+    """The LayerNorm Q-network (Nature CNN, MinAtar CNN or MLP trunk by the observation shape)
+    in TorchRL's ``QValueActor``, epsilon-greedy acting and RAdam at ``lr_scale`` x
+    ``pqn.lr``; ``run``: ``lr_scale`` and ``plan`` (epsilon follows the frame budget's
+    fraction, whatever the number of ranks)."""
+    lr_scale = run.get("lr_scale", 1.0)
+    hyper = replace(cfg.pqn, lr=cfg.pqn.lr * lr_scale)
+    return PQN(hyper, **_q_learner_args(cfg, env_spec, device, run.get("plan")))
+
+
+# Algorithm(name, section, family, config, validate, make_agent[, resolve])
+PQN_ALGORITHM = register(
+    Algorithm("pqn", "pqn", "on_policy", PQNRunConfig, validate_pqn_run, make_pqn_agent)
 )
 
 # ----- the DQN family (the replay loop) -------------------------------------------------------
@@ -239,17 +239,11 @@ def validate_dqn_run(cfg: DQNRunConfig) -> None:
     validate_common(cfg)
     validate_dqn(cfg.dqn)
     require_whole_trajectories(cfg.env, "the replay's n-step targets")
-    if cfg.model.recurrent != "none":
-        raise ConfigError(
-            "model.recurrent", cfg.model.recurrent, "is for the actor-critics (PPO, A2C)"
-        )
-    if cfg.collector.kind == "async":
-        raise ConfigError(
-            "collector.kind",
-            "async",
-            "the replay stores every simulator's steps together; use sync, alternating or "
-            "batched (with --dqn.asynchronous to overlap collection and updates)",
-        )
+    _feed_forward_in_step(
+        cfg,
+        "the replay stores every simulator's steps together; use sync, alternating or "
+        "batched (with --dqn.asynchronous to overlap collection and updates)",
+    )
 
 
 def make_dqn_agent(
@@ -267,14 +261,7 @@ def make_dqn_agent(
     schedule counts every rank's frames (``world_size`` ranks). Pass a resolved config."""
     return DQN(
         replace(cfg.dqn, lr=cfg.dqn.lr * lr_scale),
-        obs_key=env_spec["obs_key"],
-        obs_shape=env_spec["obs_shape"],
-        num_actions=env_spec["num_actions"],
-        device=device,
-        mlp_hidden=cfg.model.mlp_hidden,
-        on_nonfinite=cfg.on_nonfinite,
-        compile_loss=cfg.compile.loss,
-        precision=plan or precision.plan(cfg, env_spec["obs_shape"], device),
+        **_q_learner_args(cfg, env_spec, device, plan),
         run_frames_per_step=frames_per_step(cfg.env) * world_size,
     )
 

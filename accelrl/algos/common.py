@@ -352,7 +352,7 @@ class ActorCriticLearner:
 
     def state_dict(self) -> dict:
         # The whole actor-critic: the loss holds only the heads, not the shared trunk (the
-        # Nature CNN on frames), which checkpoints before this missed.
+        # Nature CNN on frames).
         return {
             "model": self.model.state_dict(),
             "loss": self.loss.state_dict(),
@@ -360,11 +360,6 @@ class ActorCriticLearner:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        if "model" not in state:
-            raise ValueError(
-                "the checkpoint has no 'model' entry: it was written before accelrl saved the "
-                "shared trunk (the CNN), so its trained weights are incomplete"
-            )
         self.model.load_state_dict(state["model"])
         self.loss.load_state_dict(state["loss"])
         self.optimizer.load_state_dict(state["optimizer"])

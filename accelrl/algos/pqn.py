@@ -23,7 +23,7 @@ from torchrl.objectives.value.functional import td_lambda_return_estimate
 
 from accelrl.algos.common import NonFiniteGuard, gradient_step, mark_boundaries, set_lr
 from accelrl.algos.dqn import GreedyQValueActor
-from accelrl.errors import ConfigError, check_positive
+from accelrl.errors import ConfigError, check_positive, check_probability
 from accelrl.models import DirectTensorDictModule, GreedyQ, QNetwork
 from accelrl.precision import FP32_PLAN, Plan
 
@@ -71,9 +71,7 @@ def validate_pqn(
     for name in ("lr", "eps", "epochs", "minibatches", "max_grad_norm", "eps_decay_fraction"):
         check_positive(f"{prefix}.{name}", getattr(cfg, name))
     for name in ("gamma", "q_lambda", "eps_start", "eps_end", "eps_decay_fraction", "eval_eps"):
-        value = getattr(cfg, name)
-        if not 0.0 <= value <= 1.0:
-            raise ConfigError(f"{prefix}.{name}", value, "must be in [0, 1]")
+        check_probability(f"{prefix}.{name}", getattr(cfg, name))
     if cfg.eps_end > cfg.eps_start:
         raise ConfigError(
             f"{prefix}.eps_end", cfg.eps_end, f"must be <= eps_start={cfg.eps_start} (it decays)"

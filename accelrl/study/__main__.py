@@ -33,19 +33,28 @@ def _fractions(text: str) -> list[float]:
         ) from None
 
 
+def _grid_command(
+    sub: Any, name: str, prog: str, summary: str, description: str
+) -> argparse.ArgumentParser:
+    """A subcommand that reads a grid file: GRID and --dir."""
+    command = sub.add_parser(name, command=prog, help=summary, description=description)
+    command.add_argument("grid", help="grid file (TOML), e.g. studies/minatar_batch.toml")
+    command.add_argument("--dir", help="study folder (default: the grid's dir, else runs/<name>)")
+    return command
+
+
 def parser(prog: str = PROG) -> argparse.ArgumentParser:
     p = _Parser(prog=prog, command=prog, description=__doc__)
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    run = sub.add_parser(
+    run = _grid_command(
+        sub,
         "run",
-        command=prog,
-        help="run a grid's unfinished cells (here, or as SLURM job arrays)",
-        description="Run every unfinished cell of GRID: finished cells are skipped, cells with "
-        "a checkpoint resume. Ctrl-C (or SIGTERM) stops the running cells with a checkpoint; "
-        "the same command resumes.",
+        prog,
+        "run a grid's unfinished cells (here, or as SLURM job arrays)",
+        "Run every unfinished cell of GRID: finished cells are skipped, cells with a checkpoint "
+        "resume. Ctrl-C (or SIGTERM) stops the running cells with a checkpoint; the same "
+        "command resumes.",
     )
-    run.add_argument("grid", help="grid file (TOML), e.g. studies/minatar_batch.toml")
-    run.add_argument("--dir", help="study folder (default: the grid's dir, else runs/<name>)")
     run.add_argument(
         "--frames",
         type=int,
@@ -93,17 +102,15 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
         action="store_true",
         help="submit the cells as SLURM job arrays (python -m slurm.study)",
     )
-    status = sub.add_parser(
+    status = _grid_command(
+        sub,
         "status",
-        command=prog,
-        help="where a grid stands: each cell's state, frames and last-100 return",
-        description="Each cell of GRID with its state (finished, kept, running, resume, new), "
-        "the frames it has reached of its budget and the mean return of its last 100 "
-        "episodes, then a count per setting. Reads the run folders only: safe beside a "
-        "running study.",
+        prog,
+        "where a grid stands: each cell's state, frames and last-100 return",
+        "Each cell of GRID with its state (finished, kept, running, resume, new), the frames it "
+        "has reached of its budget and the mean return of its last 100 episodes, then a count "
+        "per setting. Reads the run folders only: safe beside a running study.",
     )
-    status.add_argument("grid", help="grid file (TOML), e.g. studies/minatar_batch.toml")
-    status.add_argument("--dir", help="study folder (default: the grid's dir, else runs/<name>)")
     status.add_argument("--keep", metavar="KEPT", help="the kept folder the study runs with")
     status.add_argument(
         "--only", action="append", default=[], metavar="PATTERN", help="as for run; repeatable"
