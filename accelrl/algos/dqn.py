@@ -242,15 +242,49 @@ class GreedyQValueActor(QValueActor):
 
     def forward(self, tensordict: TensorDictBase, *args, **kwargs) -> TensorDictBase:
         q_module, head = qvalue_actor_modules(self)
-        if args or kwargs or head.action_mask_key is not None or head.action_space != "categorical":
+        if args or kwargs or not self.direct():
             return super().forward(tensordict, *args, **kwargs)
-        values = q_module.module(tensordict.get(q_module.in_keys[0]))
-        action = values.argmax(-1)
+        values, action, chosen = self.act(tensordict.get(q_module.in_keys[0]))
         action_key, value_key, chosen_key = head.out_keys
         tensordict.set(value_key, values)
         tensordict.set(action_key, action)
-        tensordict.set(chosen_key, values.gather(-1, action.unsqueeze(-1)))
+        tensordict.set(chosen_key, chosen)
         return tensordict
+
+    def direct(self) -> bool:
+        """Whether ``act`` computes what ``forward`` writes (no action mask, categorical)."""
+        head = qvalue_actor_modules(self)[1]
+        return head.action_mask_key is None and head.action_space == "categorical"
+
+    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(action values, the greedy action, its value) for the observation tensor ``obs``."""
+        values = qvalue_actor_modules(self)[0].module(obs)
+        action = values.argmax(-1)
+        return values, action, values.gather(-1, action.unsqueeze(-1))
+
+
+class EGreedyQPolicy(TensorDictSequential):
+    """``TensorDictSequential(greedy, explore)``: a ``GreedyQValueActor`` then a
+    ``ScheduledEGreedy``, with ``lean_outputs`` for ``accelrl.collectors.LeanCollector``: both
+    modules' work on the observation tensor, without the TensorDicts between them."""
+
+    def lean_outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+        """What ``forward`` writes for a TensorDict holding only the observation ``obs`` (its
+        ``out_keys``' tensors, in that order), the same draws in the same order; None where
+        that takes TorchRL's path (masks, distributional heads, an explorer on a GPU)."""
+        greedy, explore = self.module[0], self.module[1]
+        if not (
+            isinstance(greedy, GreedyQValueActor)
+            and isinstance(explore, ScheduledEGreedy)
+            and greedy.direct()
+            and explore.direct()
+        ):
+            return None
+        values, action, chosen = greedy.act(obs)
+        head_keys = qvalue_actor_modules(greedy)[1].out_keys  # action, values, chosen value
+        outputs = dict(zip(head_keys, (action, values, chosen), strict=True))
+        outputs[explore.action_key] = explore.act(action)
+        return tuple(outputs[key] for key in self.out_keys)
 
 
 class ScheduledEGreedy(EGreedyModule):
@@ -295,6 +329,38 @@ class ScheduledEGreedy(EGreedyModule):
     def set_frames(self, frames: int) -> None:
         self.frames.fill_(frames)
 
+    def direct(self) -> bool:
+        """Whether ``act`` computes what ``forward`` does now (an exploring pass over
+        categorical actions without a mask)."""
+        return (
+            exploration_type() == ExplorationType.RANDOM
+            and self._categorical is not None
+            and self._categorical.mask is None
+            and not self.action_mask_key
+            and self.eps.device.type == "cpu"
+        )
+
+    def act(self, action: torch.Tensor) -> torch.Tensor:
+        """``forward``'s exploring pass on the greedy ``action`` tensor ``[rows]`` of a batch
+        ``[rows]`` (``direct`` must hold): the same epsilon, draws and frame count."""
+        self._set_eps_cpu()
+        out = self._draw(action, action.shape)
+        self.frames.add_(action.numel() * self.run_frames_per_step)
+        return out
+
+    def _set_eps_cpu(self) -> None:
+        # ``epsilon`` in Python floats: the same float64 operations, fewer calls.
+        progress = min(int(self.frames) / self.decay_frames, 1.0)
+        start, end = float(self.eps_init), float(self.eps_end)
+        self.eps.fill_(start + progress * (end - start))
+
+    def _draw(self, action: torch.Tensor, batch_shape: torch.Size) -> torch.Tensor:
+        # EGreedyModule.forward's draws, in its order (the same actions for the same seed).
+        device, spec = self.eps.device, self._categorical
+        explore = torch.rand(batch_shape, device=device) < self.eps
+        random = torch.randint(0, spec.space.n, action.shape, device=device, dtype=spec.dtype)
+        return torch.where(expand_as_right(explore, action), random, action)
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         if exploration_type() != ExplorationType.RANDOM:
             return super().forward(tensordict)
@@ -309,18 +375,11 @@ class ScheduledEGreedy(EGreedyModule):
             # computes it: on CPU in Python floats (the same float64 operations, fewer calls),
             # on a GPU on the device (reading the count would wait for the device).
             if self.eps.device.type == "cpu":
-                progress = min(int(self.frames) / self.decay_frames, 1.0)
-                start, end = float(self.eps_init), float(self.eps_end)
-                self.eps.fill_(start + progress * (end - start))
+                self._set_eps_cpu()
             else:
                 self.eps.copy_(self.epsilon(self.frames))
-            action = tensordict.get(self.action_key)
-            explore = torch.rand(tensordict.shape, device=self.eps.device) < self.eps
-            random = torch.randint(
-                0, spec.space.n, action.shape, device=self.eps.device, dtype=spec.dtype
-            )
-            explore = expand_as_right(explore, action)
-            tensordict.set(self.action_key, torch.where(explore, random, action))
+            action = self._draw(tensordict.get(self.action_key), tensordict.shape)
+            tensordict.set(self.action_key, action)
             out = tensordict
         self.frames.add_(tensordict.numel() * self.run_frames_per_step)
         return out
@@ -406,7 +465,7 @@ class DQN:
             decay_frames=cfg.eps_decay_frames,
             run_frames_per_step=run_frames_per_step,
         ).to(device)
-        self.collect_policy = precision.acting(TensorDictSequential(self.greedy, self.explore))
+        self.collect_policy = precision.acting(EGreedyQPolicy(self.greedy, self.explore))
         # Evaluation: greedy episodes ignore epsilon; "sampled" ones act eps-greedy at eval_eps.
         self.eval_policy = TensorDictSequential(
             self.greedy, EGreedyModule(spec, eps_init=cfg.eval_eps, eps_end=cfg.eval_eps)
