@@ -241,26 +241,26 @@ class GreedyQValueActor(QValueActor):
     """
 
     def forward(self, tensordict: TensorDictBase, *args, **kwargs) -> TensorDictBase:
-        q_module, head = qvalue_actor_modules(self)
-        if args or kwargs or not self.direct():
+        q_module = qvalue_actor_modules(self)[0]
+        outputs = None if args or kwargs else self.act(tensordict.get(q_module.in_keys[0]))
+        if outputs is None:
             return super().forward(tensordict, *args, **kwargs)
-        values, action, chosen = self.act(tensordict.get(q_module.in_keys[0]))
-        action_key, value_key, chosen_key = head.out_keys
-        tensordict.set(value_key, values)
-        tensordict.set(action_key, action)
-        tensordict.set(chosen_key, chosen)
+        for key, value in outputs.items():
+            tensordict.set(key, value)
         return tensordict
 
-    def direct(self) -> bool:
-        """Whether ``act`` computes what ``forward`` writes (no action mask, categorical)."""
-        head = qvalue_actor_modules(self)[1]
-        return head.action_mask_key is None and head.action_space == "categorical"
-
-    def act(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(action values, the greedy action, its value) for the observation tensor ``obs``."""
-        values = qvalue_actor_modules(self)[0].module(obs)
+    def act(self, obs: torch.Tensor) -> dict[str, torch.Tensor] | None:
+        """What ``forward`` writes for the observation tensor ``obs``, by key: the action
+        values, their argmax (the action) and the chosen action's value; None where it takes
+        TorchRL's path (an action mask, other action spaces)."""
+        q_module, head = qvalue_actor_modules(self)
+        if head.action_mask_key is not None or head.action_space != "categorical":
+            return None
+        values = q_module.module(obs)
         action = values.argmax(-1)
-        return values, action, values.gather(-1, action.unsqueeze(-1))
+        action_key, value_key, chosen_key = head.out_keys
+        chosen = values.gather(-1, action.unsqueeze(-1))
+        return {value_key: values, action_key: action, chosen_key: chosen}
 
 
 class EGreedyQPolicy(TensorDictSequential):
@@ -272,18 +272,18 @@ class EGreedyQPolicy(TensorDictSequential):
         """What ``forward`` writes for a TensorDict holding only the observation ``obs`` (its
         ``out_keys``' tensors, in that order), the same draws in the same order; None where
         that takes TorchRL's path (masks, distributional heads, an explorer on a GPU)."""
-        greedy, explore = self.module[0], self.module[1]
+        greedy, explore = self.module
         if not (
             isinstance(greedy, GreedyQValueActor)
             and isinstance(explore, ScheduledEGreedy)
-            and greedy.direct()
             and explore.direct()
         ):
             return None
-        values, action, chosen = greedy.act(obs)
-        head_keys = qvalue_actor_modules(greedy)[1].out_keys  # action, values, chosen value
-        outputs = dict(zip(head_keys, (action, values, chosen), strict=True))
-        outputs[explore.action_key] = explore.act(action)
+        outputs = greedy.act(obs)
+        if outputs is None:
+            return None
+        key = explore.action_key
+        outputs[key] = explore.act(outputs[key])
         return tuple(outputs[key] for key in self.out_keys)
 
 
@@ -359,7 +359,9 @@ class ScheduledEGreedy(EGreedyModule):
         device, spec = self.eps.device, self._categorical
         explore = torch.rand(batch_shape, device=device) < self.eps
         random = torch.randint(0, spec.space.n, action.shape, device=device, dtype=spec.dtype)
-        return torch.where(expand_as_right(explore, action), random, action)
+        if explore.dim() < action.dim():
+            explore = expand_as_right(explore, action)
+        return torch.where(explore, random, action)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         if exploration_type() != ExplorationType.RANDOM:
