@@ -106,8 +106,10 @@ class LeanCollector(Collector):
     is endless and none of TorchRL's extras are asked for (replay buffer, trajectory ids,
     splitting, post-processing, random frames, resets at each batch, hooks), and TorchRL's
     first batch holds the env's keys and the policy's outputs only. Each step the policy acts
-    on the root (a ``DirectTensorDictModule`` reading one key runs its network directly), the
-    env steps into the batch's memory, and the next root is the batch's next time index. The
+    on the root (a ``DirectTensorDictModule`` reading one key runs its network directly, a
+    policy with ``lean_outputs`` its own tensor path; their outputs are stacked into the batch
+    once per key), the env steps into the batch's memory, and the next root is the batch's next
+    time index. The
     batches hold the same keys, values and layout as TorchRL's (``tests/test_collect.py``
     compares the two). Each is a new TensorDict over one of the two newest memory sets, reused
     when no batch, tensor or view of it is alive any more (``for batch in collector`` drops
