@@ -241,16 +241,50 @@ class GreedyQValueActor(QValueActor):
     """
 
     def forward(self, tensordict: TensorDictBase, *args, **kwargs) -> TensorDictBase:
-        q_module, head = qvalue_actor_modules(self)
-        if args or kwargs or head.action_mask_key is not None or head.action_space != "categorical":
+        q_module = qvalue_actor_modules(self)[0]
+        outputs = None if args or kwargs else self.act(tensordict.get(q_module.in_keys[0]))
+        if outputs is None:
             return super().forward(tensordict, *args, **kwargs)
-        values = q_module.module(tensordict.get(q_module.in_keys[0]))
+        for key, value in outputs.items():
+            tensordict.set(key, value)
+        return tensordict
+
+    def act(self, obs: torch.Tensor) -> dict[str, torch.Tensor] | None:
+        """What ``forward`` writes for the observation tensor ``obs``, by key: the action
+        values, their argmax (the action) and the chosen action's value; None where it takes
+        TorchRL's path (an action mask, other action spaces)."""
+        q_module, head = qvalue_actor_modules(self)
+        if head.action_mask_key is not None or head.action_space != "categorical":
+            return None
+        values = q_module.module(obs)
         action = values.argmax(-1)
         action_key, value_key, chosen_key = head.out_keys
-        tensordict.set(value_key, values)
-        tensordict.set(action_key, action)
-        tensordict.set(chosen_key, values.gather(-1, action.unsqueeze(-1)))
-        return tensordict
+        chosen = values.gather(-1, action.unsqueeze(-1))
+        return {value_key: values, action_key: action, chosen_key: chosen}
+
+
+class EGreedyQPolicy(TensorDictSequential):
+    """``TensorDictSequential(greedy, explore)``: a ``GreedyQValueActor`` then a
+    ``ScheduledEGreedy``, with ``lean_outputs`` for ``accelrl.collectors.LeanCollector``: both
+    modules' work on the observation tensor, without the TensorDicts between them."""
+
+    def lean_outputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+        """What ``forward`` writes for a TensorDict holding only the observation ``obs`` (its
+        ``out_keys``' tensors, in that order), the same draws in the same order; None where
+        that takes TorchRL's path (masks, distributional heads, an explorer on a GPU)."""
+        greedy, explore = self.module
+        if not (
+            isinstance(greedy, GreedyQValueActor)
+            and isinstance(explore, ScheduledEGreedy)
+            and explore.direct()
+        ):
+            return None
+        outputs = greedy.act(obs)
+        if outputs is None:
+            return None
+        key = explore.action_key
+        outputs[key] = explore.act(outputs[key])
+        return tuple(outputs[key] for key in self.out_keys)
 
 
 class ScheduledEGreedy(EGreedyModule):
@@ -295,6 +329,40 @@ class ScheduledEGreedy(EGreedyModule):
     def set_frames(self, frames: int) -> None:
         self.frames.fill_(frames)
 
+    def direct(self) -> bool:
+        """Whether ``act`` computes what ``forward`` does now (an exploring pass over
+        categorical actions without a mask)."""
+        return (
+            exploration_type() == ExplorationType.RANDOM
+            and self._categorical is not None
+            and self._categorical.mask is None
+            and not self.action_mask_key
+            and self.eps.device.type == "cpu"
+        )
+
+    def act(self, action: torch.Tensor) -> torch.Tensor:
+        """``forward``'s exploring pass on the greedy ``action`` tensor ``[rows]`` of a batch
+        ``[rows]`` (``direct`` must hold): the same epsilon, draws and frame count."""
+        self._set_eps_cpu()
+        out = self._draw(action, action.shape)
+        self.frames.add_(action.numel() * self.run_frames_per_step)
+        return out
+
+    def _set_eps_cpu(self) -> None:
+        # ``epsilon`` in Python floats: the same float64 operations, fewer calls.
+        progress = min(int(self.frames) / self.decay_frames, 1.0)
+        start, end = float(self.eps_init), float(self.eps_end)
+        self.eps.fill_(start + progress * (end - start))
+
+    def _draw(self, action: torch.Tensor, batch_shape: torch.Size) -> torch.Tensor:
+        # EGreedyModule.forward's draws, in its order (the same actions for the same seed).
+        device, spec = self.eps.device, self._categorical
+        explore = torch.rand(batch_shape, device=device) < self.eps
+        random = torch.randint(0, spec.space.n, action.shape, device=device, dtype=spec.dtype)
+        if explore.dim() < action.dim():
+            explore = expand_as_right(explore, action)
+        return torch.where(explore, random, action)
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         if exploration_type() != ExplorationType.RANDOM:
             return super().forward(tensordict)
@@ -309,18 +377,11 @@ class ScheduledEGreedy(EGreedyModule):
             # computes it: on CPU in Python floats (the same float64 operations, fewer calls),
             # on a GPU on the device (reading the count would wait for the device).
             if self.eps.device.type == "cpu":
-                progress = min(int(self.frames) / self.decay_frames, 1.0)
-                start, end = float(self.eps_init), float(self.eps_end)
-                self.eps.fill_(start + progress * (end - start))
+                self._set_eps_cpu()
             else:
                 self.eps.copy_(self.epsilon(self.frames))
-            action = tensordict.get(self.action_key)
-            explore = torch.rand(tensordict.shape, device=self.eps.device) < self.eps
-            random = torch.randint(
-                0, spec.space.n, action.shape, device=self.eps.device, dtype=spec.dtype
-            )
-            explore = expand_as_right(explore, action)
-            tensordict.set(self.action_key, torch.where(explore, random, action))
+            action = self._draw(tensordict.get(self.action_key), tensordict.shape)
+            tensordict.set(self.action_key, action)
             out = tensordict
         self.frames.add_(tensordict.numel() * self.run_frames_per_step)
         return out
@@ -406,7 +467,7 @@ class DQN:
             decay_frames=cfg.eps_decay_frames,
             run_frames_per_step=run_frames_per_step,
         ).to(device)
-        self.collect_policy = precision.acting(TensorDictSequential(self.greedy, self.explore))
+        self.collect_policy = precision.acting(EGreedyQPolicy(self.greedy, self.explore))
         # Evaluation: greedy episodes ignore epsilon; "sampled" ones act eps-greedy at eval_eps.
         self.eval_policy = TensorDictSequential(
             self.greedy, EGreedyModule(spec, eps_init=cfg.eval_eps, eps_end=cfg.eval_eps)

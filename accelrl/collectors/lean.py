@@ -106,8 +106,10 @@ class LeanCollector(Collector):
     is endless and none of TorchRL's extras are asked for (replay buffer, trajectory ids,
     splitting, post-processing, random frames, resets at each batch, hooks), and TorchRL's
     first batch holds the env's keys and the policy's outputs only. Each step the policy acts
-    on the root (a ``DirectTensorDictModule`` reading one key runs its network directly), the
-    env steps into the batch's memory, and the next root is the batch's next time index. The
+    on the root (a ``DirectTensorDictModule`` reading one key runs its network directly, a
+    policy with ``lean_outputs`` its own tensor path; their outputs are stacked into the batch
+    once per key), the env steps into the batch's memory, and the next root is the batch's next
+    time index. The
     batches hold the same keys, values and layout as TorchRL's (``tests/test_collect.py``
     compares the two). Each is a new TensorDict over one of the two newest memory sets, reused
     when no batch, tensor or view of it is alive any more (``for batch in collector`` drops
@@ -167,12 +169,14 @@ class LeanCollector(Collector):
         ):
             return False
         policy = self.policy
-        self._direct = (
-            isinstance(policy, DirectTensorDictModule)
-            and list(policy.in_keys) == [env.obs_key]
-            and sorted(policy.out_keys) == sorted(output_keys)
-        )
-        if self._direct:
+        reads_obs = list(policy.in_keys) == [env.obs_key]
+        same_outputs = sorted(policy.out_keys) == sorted(output_keys)
+        self._direct = isinstance(policy, DirectTensorDictModule) and reads_obs and same_outputs
+        # A policy's own tensor path (``lean_outputs(obs)``: its out_keys' tensors in order,
+        # or None for TorchRL's path at that step), e.g. DQN's epsilon-greedy Q-values.
+        lean_outputs = getattr(policy, "lean_outputs", None)
+        self._lean_outputs = lean_outputs if reads_obs and same_outputs else None
+        if self._direct or self._lean_outputs is not None:
             output_keys = list(policy.out_keys)  # in the order the network returns them
         self._like, self._root_keys, self._output_keys = batch, root_keys, output_keys
         self._carry = {k: root.get(k).numpy().copy() for k in root_keys}
@@ -192,32 +196,50 @@ class LeanCollector(Collector):
     @torch.no_grad()
     def _lean_rollout(self) -> TensorDictBase:
         env, policy, carry = self.env, self.policy, self._carry
-        obs_key, direct = env.obs_key, self._direct
+        obs_key, direct, lean_outputs = env.obs_key, self._direct, self._lean_outputs
         memory = self._take_memory()
         steps = len(memory.next_at)
         for key, value in carry.items():
             np.copyto(memory.root[key][:, 0], value)
         obs = torch.from_numpy(carry[obs_key])
         root_obs = memory.root[obs_key]
+        keys = self._output_keys
+        action_at = keys.index("action")
+        # The outputs of a network's own path are fresh tensors: kept until the batch ends and
+        # stacked into its memory once per key (a copy per key and step costs more on small
+        # batches); the TensorDict path's are copied at once.
+        stacked: list[list[torch.Tensor]] = [[] for _ in keys]
+        stacked_steps = 0
         with set_exploration_type(self.exploration_type):
             for t in range(steps):
-                outputs = memory.outputs[t]
+                acted = None
                 if direct:
-                    out = policy.module(obs)
-                    out = out if isinstance(out, tuple) else (out,)
-                    acted = dict(zip(self._output_keys, out, strict=True))
-                    for key, value in acted.items():
-                        outputs[key].copy_(full(value))
+                    acted = policy.module(obs)
+                    acted = acted if isinstance(acted, tuple) else (acted,)
+                elif lean_outputs is not None:
+                    acted = lean_outputs(obs)
+                if acted is not None and stacked_steps == t:
+                    for values, value in zip(stacked, acted, strict=True):
+                        values.append(full(value))
+                    stacked_steps += 1
+                    action = acted[action_at]
                 else:
-                    td = memory.inputs[t]
-                    set_unchecked(td, obs_key, obs)
-                    td = policy(td)
-                    acted = {key: td.get(key) for key in outputs}
-                    for key, view in outputs.items():
-                        view.copy_(acted[key])
+                    if acted is None:
+                        td = memory.inputs[t]
+                        set_unchecked(td, obs_key, obs)
+                        td = policy(td)
+                        acted = tuple(td.get(key) for key in keys)
+                    for key, value in zip(keys, acted, strict=True):
+                        memory.outputs[t][key].copy_(full(value))
+                    action = acted[action_at]
                 last = t + 1 == steps
                 into = carry[obs_key] if last else root_obs[:, t + 1]
                 # The policy's own (contiguous) action tensor, not the batch's strided view.
-                obs = torch.from_numpy(env.step_into(acted["action"], memory.next_at[t], into))
+                obs = torch.from_numpy(env.step_into(action, memory.next_at[t], into))
+        for key, values in zip(keys, stacked, strict=True):
+            if stacked_steps == steps:
+                torch.stack(values, dim=1, out=memory.leaves[(key,)])
+            elif stacked_steps:
+                memory.leaves[(key,)][:, :stacked_steps].copy_(torch.stack(values, dim=1))
         env.complete_rollout(memory.next, memory.root, carry)
         return memory.batch()

@@ -272,23 +272,23 @@ class SameStepVectorEnv(EnvBase):
         """One batched step written into a batch the caller owns, without a TensorDict: ``nxt``
         (arrays ``[rows, ...]``, flags and statistics ``[rows, 1]``) takes the transition's
         observation, ``score``, ``terminated``, ``truncated``, ``life_lost`` (simulators with
-        lives), ``episode_return`` and ``episode_length`` as ``_advance`` returns them,
-        ``root_obs`` the root's observation; ``complete_rollout`` writes the other keys once
-        per batch. Synchronous envs only (every simulator, in row order). Returns the
-        simulators' observation array (the root's, for the policy's next forward pass), valid
-        until the next step. ``accelrl.collectors.LeanCollector`` writes its batches this
-        way."""
+        lives) and ``episode_return`` as ``_advance`` returns them, ``root_obs`` the root's
+        observation; ``complete_rollout`` writes the other keys once per batch (among them
+        ``episode_length``, which follows from the batch's episode ends). Synchronous envs only
+        (every simulator, in row order). Returns the simulators' observation array (the
+        root's, for the policy's next forward pass), valid until the next step.
+        ``accelrl.collectors.LeanCollector`` writes its batches this way."""
         # ``_account``'s bookkeeping, written into the batch as it goes (every simulator, in
-        # order: ``LeanCollector`` steps only synchronous envs); ``env_id`` and a simulator
-        # without lives' ``life_lost`` follow once per batch in ``complete_rollout``.
+        # order: ``LeanCollector`` steps only synchronous envs); ``env_id``, the episode
+        # lengths and a simulator without lives' ``life_lost`` follow once per batch in
+        # ``complete_rollout``.
         obs, score, terminated, truncated, env_ids, lives, info = self._raw_step(
             self._executed(action.numpy())
         )
         ended = terminated | truncated
         score = score.astype(np.float32, copy=False)
-        ep_return, ep_length = nxt["episode_return"][:, 0], nxt["episode_length"][:, 0]
+        ep_return = nxt["episode_return"][:, 0]
         np.add(self._ep_return, score, out=ep_return)
-        np.add(self._ep_length, 1, out=ep_length)
         np.copyto(nxt["score"][:, 0], score)
         np.copyto(nxt["terminated"][:, 0], terminated)
         np.copyto(nxt["truncated"][:, 0], truncated)
@@ -301,11 +301,10 @@ class SameStepVectorEnv(EnvBase):
         if ended.any():
             nxt[key][ended] = self._final_rows(obs, ended, info)
             self._ep_return[:] = np.where(ended, 0.0, ep_return)
-            self._ep_length[:] = np.where(ended, 0, ep_length)
         else:
             np.copyto(self._ep_return, ep_return)
-            np.copyto(self._ep_length, ep_length)
-        self._root = None  # the caller holds the root; a masked reset resets everything
+        if self._root is not None:  # (an assignment on a TorchRL env costs microseconds)
+            self._root = None  # the caller holds the root; a masked reset resets everything
         return obs
 
     def complete_rollout(
@@ -314,7 +313,8 @@ class SameStepVectorEnv(EnvBase):
         """After ``step_into`` filled steps ``0..T-1`` of ``nxt`` (arrays ``[rows, T, ...]``)
         and ``root[obs_key][:, 1:]``, with ``root[:, 0]`` the batch's first root: fill the
         keys that follow from them as ``_advance`` computes them (``reward`` from the score,
-        ``done``, the roots' statistics, zeroed where an episode ended, and flags), and
+        ``done``, ``episode_length``, the roots' statistics, zeroed where an episode ended, and
+        flags), and
         ``carry`` (arrays ``[rows, ...]``) with the root after the last step, whose observation
         the caller copies."""
         if not self._stepped["lives"]:
@@ -325,6 +325,16 @@ class SameStepVectorEnv(EnvBase):
         else:
             np.copyto(nxt["reward"], nxt["score"])
         np.logical_or(nxt["terminated"], nxt["truncated"], out=nxt["done"])
+        # Episode lengths, as ``_account`` counts them step by step: on from the batch's
+        # start until an episode end, from 1 on the step after one.
+        done = nxt["done"][..., 0]
+        time = np.arange(done.shape[1])
+        after_end = np.zeros_like(done)
+        after_end[:, 1:] = done[:, :-1]
+        start = np.maximum.accumulate(np.where(after_end, time, -1), axis=1)
+        length = nxt["episode_length"][..., 0]
+        length[...] = np.where(start >= 0, time - start, self._ep_length[:, None] + time) + 1
+        self._ep_length[:] = np.where(done[:, -1], 0, length[:, -1])
         keep = ~nxt["done"]
         for key in ("score", "episode_return", "episode_length"):
             np.multiply(nxt[key][:, :-1], keep[:, :-1], out=root[key][:, 1:])

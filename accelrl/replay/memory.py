@@ -127,7 +127,10 @@ class FrameReplay:
         """Append a collector batch ``[E, T]`` or ``[W, E, T]`` (rows = envs, time last)."""
         if batch.ndim not in (2, 3):
             raise ValueError(f"expected batch dims [E, T] or [W, E, T], got {batch.batch_size}")
-        batch = batch.reshape(-1, batch.batch_size[-1]).to("cpu")
+        if batch.ndim == 3:
+            batch = batch.reshape(-1, batch.batch_size[-1])
+        if batch.device is None or batch.device.type != "cpu":
+            batch = batch.to("cpu")
         num_envs, steps = batch.batch_size
         if num_envs != self.num_envs:
             raise ValueError(f"batch has {num_envs} rows, the replay was built for {self.num_envs}")
@@ -139,8 +142,11 @@ class FrameReplay:
                 f"capacity per env ({self.ring}) too small for batches of {steps} steps: "
                 f"need at least {need} per env"
             )
-        if "env_id" in batch.keys() and not (batch["env_id"] == batch["env_id"][:, :1]).all():
-            raise ValueError("each batch row must be one simulator (ale-py async mode is not)")
+        keys = batch.keys()
+        if "env_id" in keys:
+            env_id = batch.get("env_id").numpy().reshape(num_envs, steps)
+            if not (env_id == env_id[:, :1]).all():
+                raise ValueError("each batch row must be one simulator (ale-py async mode is not)")
         nxt = batch.get("next")
         obs, next_obs = batch.get(self.obs_key), nxt.get(self.obs_key)
         if tuple(obs.shape[2:]) != self.obs_shape:
@@ -159,7 +165,7 @@ class FrameReplay:
             obs, next_obs, batch.get("action"), nxt.get("reward"), done, terminated, life_lost
         )
         self._mass.invalidate(frames.bound(before), frames.bound(frames.written))
-        self._mass.mark_ready(entry, done)
+        self._mass.mark_ready(entry, done.numpy())
 
     # ----- reading -------------------------------------------------------------------------
 

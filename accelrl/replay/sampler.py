@@ -74,6 +74,21 @@ class MaskedPrioritizedSampler(PrioritizedSampler):
         weight = (leaf / p_min) ** -self.beta
         return torch.from_numpy(index), {"priority_weight": torch.from_numpy(weight)}
 
+    def enable(self, slots: np.ndarray, priority: float | torch.Tensor) -> None:
+        """``update_priority(slots, priority)`` for distinct slots sharing one raw priority, as
+        TorchRL computes it (the largest raw priority kept, ``(p + eps) ** alpha`` by
+        ``torch.pow`` over as many elements) without its per-call tensor checks, which cost
+        more than the rest of a replay write of a CartPole-sized batch."""
+        eps, (top, _) = priority_state(self)
+        raw = torch.full(slots.shape, float(priority), dtype=torch.float64)
+        if top is None or raw[0] > top:
+            set_max_priority(self, raw[0].clone(), torch.tensor(int(slots[0])))
+        value = torch.pow(raw + eps, self.alpha)
+        sum_tree, min_tree = segment_trees(self)
+        index = torch.from_numpy(slots)
+        sum_tree[index] = value
+        min_tree[index] = value
+
     def set_priority(self, slots: np.ndarray, priority: np.ndarray) -> None:
         """``update_priority`` for slot and float64 priority arrays: stores ``(p + eps) **
         alpha`` in both trees and keeps the largest raw priority as TorchRL does (its tensor
@@ -130,24 +145,25 @@ class ReplayMass:
     def restart_streams(self) -> None:
         """Drop the transitions still waiting for their n-step target."""
         n, e = self.n_step, self.frames.num_envs
-        self._tail_entry = torch.zeros(e, n, dtype=torch.int64)
-        self._tail_done = torch.zeros(e, n, dtype=torch.bool)
-        self._tail_exists = torch.zeros(e, n, dtype=torch.bool)
+        self._tail_entry = np.zeros((e, n), dtype=np.int64)
+        self._tail_done = np.zeros((e, n), dtype=bool)
+        self._tail_exists = np.zeros((e, n), dtype=bool)
 
     def invalidate(self, lo: torch.Tensor, hi: torch.Tensor) -> None:
         """Remove entries ``[lo_e, hi_e)`` of every env ``e`` from sampling."""
         ring = self.frames.ring
-        lo = lo.clamp_min(0)
-        hi = torch.minimum(hi, lo + ring)
-        span = int((hi - lo).max().clamp_min(0))
+        lo = np.maximum(lo.numpy(), 0)
+        hi = np.minimum(hi.numpy(), lo + ring)
+        span = max(int((hi - lo).max()), 0)
         if span == 0:
             return
-        entry = lo[:, None] + torch.arange(span)
-        env = torch.arange(self.frames.num_envs)[:, None].expand_as(entry)
+        entry = lo[:, None] + np.arange(span)
         keep = entry < hi[:, None]
-        self.num_valid -= self.sampler.disable(self.frames.slots(env[keep], entry[keep]))
+        env = np.broadcast_to(np.arange(self.frames.num_envs)[:, None], entry.shape)
+        slots = self.frames.slots(env[keep], entry[keep])
+        self.num_valid -= self.sampler.disable(torch.from_numpy(slots))
 
-    def mark_ready(self, entry: torch.Tensor, done: torch.Tensor) -> None:
+    def mark_ready(self, entry: np.ndarray, done: np.ndarray) -> None:
         """Give the transitions whose n-step target just became known the max priority.
 
         ``entry`` and ``done`` are a batch's ``[E, T]`` entry counters and episode ends. The
@@ -155,26 +171,25 @@ class ReplayMass:
         ready once ``n`` later steps are stored, or an episode ended within them.
         """
         n = self.n_step
-        win_entry = torch.cat([self._tail_entry, entry], 1)
-        win_done = torch.cat([self._tail_done, done], 1)
-        win_exists = torch.cat([self._tail_exists, torch.ones_like(done)], 1)
+        win_entry = np.concatenate([self._tail_entry, entry], 1)
+        win_done = np.concatenate([self._tail_done, done], 1)
+        win_exists = np.concatenate([self._tail_exists, np.ones_like(done)], 1)
         width = win_entry.shape[1]
-        ready = (torch.arange(width) + n <= width - 1).expand_as(win_done).clone()
-        was_ready = torch.zeros_like(self._tail_done)
+        ready = np.repeat((np.arange(width) + n <= width - 1)[None], len(win_done), 0)
+        was_ready = np.zeros_like(self._tail_done)
         for i in range(n):
             ready[:, : width - i] |= win_done[:, i:]
             was_ready[:, : n - i] |= self._tail_done[:, i:]
         ready &= win_exists
         ready[:, :n] &= ~was_ready
-        env = torch.arange(self.frames.num_envs)[:, None].expand_as(win_entry)
+        env = np.broadcast_to(np.arange(self.frames.num_envs)[:, None], win_entry.shape)
         slots = self.frames.slots(env[ready], win_entry[ready])
-        if slots.numel():
-            top = float(self.sampler.default_priority)
-            self.sampler.update_priority(slots, torch.full(slots.shape, top, dtype=torch.float64))
-            self.num_valid += slots.numel()
-        self._tail_entry = win_entry[:, -n:].clone()
-        self._tail_done = win_done[:, -n:].clone()
-        self._tail_exists = win_exists[:, -n:].clone()
+        if slots.size:
+            self.sampler.enable(slots, self.sampler.default_priority)
+            self.num_valid += slots.size
+        self._tail_entry = win_entry[:, -n:].copy()
+        self._tail_done = win_done[:, -n:].copy()
+        self._tail_exists = win_exists[:, -n:].copy()
 
     def draw(self, batch_size: int, beta: float | None) -> tuple[torch.Tensor, dict]:
         """``batch_size`` slots by mass and TorchRL's info (``priority_weight`` when

@@ -149,58 +149,73 @@ class FrameStorage:
         done: torch.Tensor,
         terminated: torch.Tensor,
         life_lost: torch.Tensor,
-    ) -> torch.Tensor:
+    ) -> np.ndarray:
         """Store a batch (``obs``, ``next_obs``, ``action`` ``[E, T, ...]``, ``reward`` as the
-        batch holds it, the flags ``[E, T]``); returns the entry counters of its steps ``[E, T]``.
-        ``written`` then counts the batch's entries."""
+        batch holds it, the flags ``[E, T]``, CPU tensors); returns the entry counters of its
+        steps ``[E, T]``. ``written`` then counts the batch's entries."""
         if self.entries is None:
             self.create(self.layout(obs, action))
+        # In NumPy over the storage's memory: the index arithmetic and the column writes are a
+        # few microseconds each there, against ten or more for torch's operations and
+        # TensorDict lookups, at every collected batch (docs/performance.md#the-acting-path).
+        done = done.numpy()
         num_envs, steps = done.shape
         stack = self.stack
-        frames = obs[:, :, -1] if stack > 1 else obs
+        obs_np = obs.numpy()
+        frames = obs_np[:, :, -1] if stack > 1 else obs_np
+        written = self.written.numpy()
+        cols = self.columns
 
         # Entry counters: a prefix of older frames at a stream start, one entry per step, and
         # one more (the final frame) after every episode end.
         prefix = stack - 1 if self._restart else 0
-        time = torch.arange(steps).expand(num_envs, steps)
-        entry = self.written[:, None] + prefix + time + (done.cumsum(1) - done.long())
+        time = np.arange(steps)
+        ends_before = done.cumsum(1) - done
+        entry = written[:, None] + prefix + time + ends_before
         appended = prefix + steps + done.sum(1)
 
         # Position in the episode: counts on from the previous batch until a reset in this one.
-        after_end = torch.zeros_like(done)
+        after_end = np.zeros_like(done)
         after_end[:, 1:] = done[:, :-1]
-        start = torch.where(after_end, time, -1).cummax(1).values
-        base = torch.full_like(self._epos_next, prefix) if self._restart else self._epos_next
-        epos = torch.where(start >= 0, time - start, base[:, None] + time)
+        start = np.maximum.accumulate(np.where(after_end, time, -1), axis=1)
+        base = np.full(num_envs, prefix) if self._restart else self._epos_next.numpy()
+        epos = np.where(start >= 0, time - start, base[:, None] + time)
         cap = stack - 1
 
-        env = torch.arange(num_envs)[:, None].expand(num_envs, steps)
-        slot = self.slots(env, entry).reshape(-1)
-        store = self.entries
-        self._frame_rows[slot] = word_rows(frames, slot.numel())
-        store["action"][slot] = action.reshape(-1, *self._action_shape)
-        store["reward"][slot] = reward.reshape(-1).to(torch.float32)
-        store["done"][slot] = done.reshape(-1)
-        store["terminated"][slot] = terminated.reshape(-1)
-        store["life_lost"][slot] = life_lost.reshape(-1)
-        store["epos"][slot] = epos.clamp_max(cap).to(torch.uint8).reshape(-1)
+        first_slot = np.arange(num_envs)[:, None] * self.ring
+        slot = (first_slot + entry % self.ring).reshape(-1)
+        rows = self._frame_rows.numpy()
+        rows[slot] = self._rows_of(frames, slot.size)
+        cols["action"][slot] = action.numpy().reshape(-1, *self._action_shape)
+        cols["reward"][slot] = reward.numpy().reshape(-1)
+        cols["done"][slot] = done.reshape(-1)
+        cols["terminated"][slot] = terminated.numpy().reshape(-1)
+        cols["life_lost"][slot] = life_lost.numpy().reshape(-1)
+        cols["epos"][slot] = np.minimum(epos, cap).reshape(-1)
         if done.any():
-            final = self.slots(env[done], entry[done] + 1)
-            final_frames = next_obs[done][:, -1] if stack > 1 else next_obs[done]
-            self._frame_rows[final] = word_rows(final_frames, final.numel())
-            store["epos"][final] = (epos[done] + 1).clamp_max(cap).to(torch.uint8)
+            env, at = np.nonzero(done)
+            final = env * self.ring + (entry[env, at] + 1) % self.ring
+            next_np = next_obs.numpy()
+            final_frames = next_np[env, at, -1] if stack > 1 else next_np[env, at]
+            rows[final] = self._rows_of(final_frames, final.size)
+            cols["epos"][final] = np.minimum(epos[env, at] + 1, cap)
         if prefix:
-            offs = torch.arange(prefix)
-            pre = self.slots(torch.arange(num_envs)[:, None], self.written[:, None] + offs)
-            self._frame_rows[pre.reshape(-1)] = word_rows(obs[:, 0, :prefix], pre.numel())
-            store["epos"][pre.reshape(-1)] = offs.to(torch.uint8).repeat(num_envs)
+            offs = np.arange(prefix)
+            pre = (first_slot + (written[:, None] + offs) % self.ring).reshape(-1)
+            rows[pre] = self._rows_of(obs_np[:, 0, :prefix], pre.size)
+            cols["epos"][pre] = np.tile(offs, num_envs)
 
-        self.written = self.written + appended
+        self.written = torch.from_numpy(written + appended)
         if self.high_water is not None:
             self.high_water.copy_(torch.maximum(self.high_water, self.written))
-        self._epos_next = torch.where(done[:, -1], 0, epos[:, -1] + 1)
+        self._epos_next = torch.from_numpy(np.where(done[:, -1], 0, epos[:, -1] + 1))
         self._restart = False
         return entry
+
+    def _rows_of(self, frames: np.ndarray, n: int) -> np.ndarray:
+        """``frames`` (``n`` of them) as rows of the storage's frame rows (``word_rows``)."""
+        rows = np.ascontiguousarray(frames).reshape(n, -1)
+        return rows.view(np.int64) if self._frame_rows.dtype == torch.int64 else rows
 
     def stacks(self, env: np.ndarray, end: np.ndarray) -> torch.Tensor:
         """Observations ``[B, *obs_shape]`` rebuilt from the entries ending at ``end``."""
