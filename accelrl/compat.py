@@ -42,6 +42,7 @@ def new_tensordict_unchecked(
     values: Mapping[str, torch.Tensor | TensorDictBase],
     batch_size: torch.Size,
     device: torch.device | None = None,
+    names: list[str | None] | None = None,
 ) -> TensorDict:
     """A TensorDict holding ``values`` as given, without checking them.
 
@@ -51,8 +52,10 @@ def new_tensordict_unchecked(
     key, several times slower. Pass the device where it is known: ``td.to(device)`` returns a
     device-less TensorDict only after visiting every leaf (once per step in TorchRL's collector
     and once per replay sample in the loss), a TensorDict already on ``device`` at once.
+    ``names`` names the batch dims as given (the ``names`` setter visits every nested
+    TensorDict and costs more than building the TensorDict).
     """
-    return TensorDict._new_unsafe(dict(values), batch_size=batch_size, device=device)
+    return TensorDict._new_unsafe(dict(values), batch_size=batch_size, device=device, names=names)
 
 
 def set_unchecked(tensordict: TensorDictBase, key: str, value: TensorDictBase) -> None:
@@ -208,3 +211,14 @@ def storage_use_count(tensor: torch.Tensor) -> int:
     2.14): ``accelrl.collectors.LeanCollector`` reuses a batch's memory only when it is 1 + its
     own tensor."""
     return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
+
+
+def storage_handle(tensor: torch.Tensor) -> Any:
+    """``tensor``'s storage, for ``handle_use_count`` (holding it counts as one use)."""
+    return tensor.untyped_storage()
+
+
+def handle_use_count(handle: Any) -> int:
+    """``storage_use_count`` of the tensor whose ``storage_handle`` is ``handle`` (the count
+    includes the handle itself), without looking the storage up again."""
+    return torch._C._storage_Use_Count(handle._cdata)

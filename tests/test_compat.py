@@ -359,3 +359,14 @@ def test_storage_use_count_counts_views_of_a_tensor():
     assert compat.storage_use_count(tensor) == alone + 1
     del view
     assert compat.storage_use_count(tensor) == alone
+
+
+def test_a_storage_handle_counts_the_views_taken_after_it():
+    tensor = torch.zeros(4, 3)
+    handle = compat.storage_handle(tensor)
+    alone = compat.handle_use_count(handle)
+    assert alone == compat.storage_use_count(tensor)  # the same count as a fresh lookup
+    view = tensor.reshape(12)
+    assert compat.handle_use_count(handle) == alone + 1
+    del view
+    assert compat.handle_use_count(handle) == alone

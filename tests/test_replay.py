@@ -452,7 +452,7 @@ def test_lean_prioritized_draws_and_priority_writes_match_torchrls_sampler(monke
         priority = rng.exponential(2.0, 24)
         lean.set_priority(slots, priority)
         torchrl.update_priority(torch.from_numpy(slots), torch.from_numpy(priority))
-    lean.disable(torch.tensor([3, 4]))  # zero mass: the draw must step off them
+    lean.disable(np.array([3, 4]))  # zero mass: the draw must step off them
     sum_tree, min_tree = segment_trees(torchrl)
     sum_tree[np.array([3, 4])] = np.zeros(2)
     min_tree[np.array([3, 4])] = np.full(2, min_tree.identity_element)

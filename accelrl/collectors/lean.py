@@ -26,9 +26,10 @@ from torchrl.envs.utils import set_exploration_type
 from accelrl.compat import (
     collector_carrier,
     collector_truncates_batches,
+    handle_use_count,
     new_tensordict_unchecked,
     set_unchecked,
-    storage_use_count,
+    storage_handle,
 )
 from accelrl.envs.vector import SameStepVectorEnv
 from accelrl.models import DirectTensorDictModule
@@ -67,12 +68,15 @@ class _BatchMemory:
             for t in step
         ]
         self._held: weakref.ref | None = None  # the last batch made of this memory
+        # Each leaf's storage, looked up once (a lookup per check costs more than the count;
+        # holding it adds one use to every count, the baseline included).
+        self._storages = [(t, storage_handle(t)) for t in self.leaves.values()]
         self._baseline = self._holders()
 
     def _holders(self) -> list[tuple[int, int]]:
         # Python references to each tensor (``batch.get(key)`` kept by a consumer) and views of
         # its storage (slices, reshapes) show who still holds a batch made of it.
-        return [(sys.getrefcount(t), storage_use_count(t)) for t in self.leaves.values()]
+        return [(sys.getrefcount(t), handle_use_count(h)) for t, h in self._storages]
 
     def free(self) -> bool:
         """True when the last batch made of this memory is gone and no tensor or view of its
@@ -90,9 +94,9 @@ class _BatchMemory:
         self._baseline = self._holders()  # what this object holds, without any batch
         root = {path[0]: t for path, t in self.leaves.items() if len(path) == 1}
         nxt = {path[1]: t for path, t in self.leaves.items() if len(path) == 2}
-        root["next"] = new_tensordict_unchecked(nxt, self.size, self.device)
-        batch = new_tensordict_unchecked(root, self.size, self.device)
-        batch.names = [None, "time"]  # as TorchRL names its batches' dims
+        # Named as TorchRL names its batches' dims (a list each: a rename stays in its own).
+        root["next"] = new_tensordict_unchecked(nxt, self.size, self.device, [None, "time"])
+        batch = new_tensordict_unchecked(root, self.size, self.device, [None, "time"])
         self._held = weakref.ref(batch)
         return batch
 

@@ -30,16 +30,17 @@ from accelrl.replay.storage import FrameStorage
 class MaskedPrioritizedSampler(PrioritizedSampler):
     """TorchRL's prioritized sampler plus entries with exactly zero sampling mass."""
 
-    def disable(self, index: torch.Tensor) -> int:
+    def disable(self, index: np.ndarray) -> int:
         """Give ``index`` (distinct slots) zero mass; returns how many of them had mass."""
-        if index.numel() == 0:
+        if index.size == 0:
             return 0
+        # NumPy in and out: the trees take arrays directly, tensors through a conversion that
+        # costs more than the update (every collected batch invalidates a batch of slots).
         sum_tree, min_tree = segment_trees(self)
-        had = int((torch.as_tensor(sum_tree[index]) > 0).sum())
-        sum_tree[index] = torch.zeros(index.shape, dtype=torch.float64)
+        had = int(np.count_nonzero(sum_tree[index] > 0))
+        sum_tree[index] = 0.0
         # The min tree's neutral value keeps disabled slots out of p_min (the IS-weight norm).
-        neutral = torch.full(index.shape, min_tree.identity_element, dtype=torch.float64)
-        min_tree[index] = neutral
+        min_tree[index] = min_tree.identity_element
         return had
 
     def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict]:
@@ -83,11 +84,10 @@ class MaskedPrioritizedSampler(PrioritizedSampler):
         raw = torch.full(slots.shape, float(priority), dtype=torch.float64)
         if top is None or raw[0] > top:
             set_max_priority(self, raw[0].clone(), torch.tensor(int(slots[0])))
-        value = torch.pow(raw + eps, self.alpha)
+        value = torch.pow(raw + eps, self.alpha).numpy()  # torch's pow, as TorchRL's values
         sum_tree, min_tree = segment_trees(self)
-        index = torch.from_numpy(slots)
-        sum_tree[index] = value
-        min_tree[index] = value
+        sum_tree[slots] = value
+        min_tree[slots] = value
 
     def set_priority(self, slots: np.ndarray, priority: np.ndarray) -> None:
         """``update_priority`` for slot and float64 priority arrays: stores ``(p + eps) **
@@ -161,7 +161,7 @@ class ReplayMass:
         keep = entry < hi[:, None]
         env = np.broadcast_to(np.arange(self.frames.num_envs)[:, None], entry.shape)
         slots = self.frames.slots(env[keep], entry[keep])
-        self.num_valid -= self.sampler.disable(torch.from_numpy(slots))
+        self.num_valid -= self.sampler.disable(slots)
 
     def mark_ready(self, entry: np.ndarray, done: np.ndarray) -> None:
         """Give the transitions whose n-step target just became known the max priority.
