@@ -4,6 +4,7 @@ tiny grid run for real through submitit's local executor, then reported."""
 
 import csv
 import json
+import math
 import os
 import shutil
 import signal
@@ -380,7 +381,9 @@ def test_job_arrays_without_slurm_study_name_the_command_that_runs_them(flag, tm
 # the report
 
 
-def write_run(run_dir: Path, episodes: list[tuple[int, float]], reached: int) -> None:
+def write_run(
+    run_dir: Path, episodes: list[tuple[int, float]], reached: int, s_per_frame: float = 0.01
+) -> None:
     run_dir.mkdir(parents=True)
     with open(run_dir / "episodes.csv", "w", newline="") as fh:
         w = csv.writer(fh)
@@ -389,7 +392,7 @@ def write_run(run_dir: Path, episodes: list[tuple[int, float]], reached: int) ->
     with open(run_dir / "metrics.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["frames", "time_s", "episodes", "return_mean100"])
-        w.writerows([f, f / 100, 0, 0] for f in range(0, reached + 1, 100))
+        w.writerows([f, f * s_per_frame, 0, 0] for f in range(0, reached + 1, 100))
 
 
 def test_window_score_takes_the_episodes_ending_in_the_window():
@@ -444,6 +447,62 @@ def test_report_scores_settings_relative_to_the_standard_with_intervals(tmp_path
         table = list(csv.DictReader(fh))
     assert len(table) == len(rows) == 2 * 2 * 3  # settings x fractions x (games + all)
     assert sorted(p.name for p in out.glob("*.png")) == ["dqn-G1.png", "dqn-G2.png"]
+
+
+def first_minutes_by_hand(episodes, target, s_per_frame):
+    """The first episode end whose mean of the last 100 returns reaches ``target``, in minutes."""
+    for i, (frames, _) in enumerate(episodes):
+        last = [r for _, r in episodes[max(0, i - 99) : i + 1]]
+        if sum(last) / len(last) >= target:
+            return frames * s_per_frame / 60
+    return math.inf
+
+
+def test_the_race_against_a_yardstick_times_each_seed_to_its_final_score(tmp_path, capsys):
+    budget = 10_000
+    one = {"frames": budget, "flags": [], "games": ["G"], "seeds": [0, 1, 2]}
+    record = {"grid": "g.toml", "algorithms": {
+        "pqn": {**one, "recipe": "recipes.pqn_atari", "standard": "p32", "settings": {"p32": []}},
+        "dqn": {**one, "recipe": "recipes.dqn_atari", "standard": "d", "settings": {"d": []}},
+    }}  # fmt: skip
+    (tmp_path / "study.json").write_text(json.dumps(record))
+    ends = range(50, budget + 1, 50)  # 200 episodes
+    # The yardstick rises, then falls: its final mean of 100 (3.1375) is first reached well
+    # before its end, at 0.01 s a frame.
+    dqn = [(f, i / 20 if i <= 150 else 0.0) for i, f in enumerate(ends, 1)]
+    fast = [(f, 0.0 if i <= 100 else 20.0) for i, f in enumerate(ends, 1)]
+    never = [(f, 1.0) for f in ends]
+    pqn = {0: (fast, 0.001), 1: (never, 0.001), 2: (fast, 0.005)}  # seconds a frame
+    for seed, (episodes, pace) in pqn.items():
+        write_run(tmp_path / f"dqn/d/G/seed{seed}", dqn, budget)
+        write_run(tmp_path / f"pqn/p32/G/seed{seed}", episodes, budget, pace)
+    target = sum(r for _, r in dqn[-100:]) / 100
+    theirs = first_minutes_by_hand(dqn, target, 0.01)
+    assert theirs < budget * 0.01 / 60 / 1.5  # reached long before the yardstick's end
+    ratios = [first_minutes_by_hand(e, target, pace) / theirs for e, pace in pqn.values()]
+    assert ratios[1] == math.inf and 0 < ratios[0] < ratios[2] < 1
+
+    code, out, err = study(capsys, "report", str(tmp_path), "--against", "dqn", "--reps", "200")
+    assert code == 0, err
+    races = list(csv.DictReader(open(tmp_path / "report" / "races.csv")))
+    (race,) = races  # one game: no "all" row; the yardstick has no row of its own
+    assert (race["algorithm"], race["setting"], race["seeds"], race["reached"]) == (
+        "pqn", "p32", "3", "2")  # fmt: skip
+    assert float(race["yardstick_final"]) == pytest.approx(target)
+    assert float(race["yardstick_minutes"]) == pytest.approx(theirs)
+    assert float(race["ratio"]) == pytest.approx(sorted(ratios)[1])  # the median seed
+    assert float(race["ratio_high"]) == math.inf  # resamples of the seed that never reached it
+    assert float(race["final"]) == pytest.approx((20 + 1 + 20) / 3)
+    # Equal wall time: the PQN runs' ends (10 s, 10 s, 50 s), both scores then.
+    dqn_at = [sum(r for _, r in dqn[: int(t / 0.01) // 50][-100:]) / min(100, int(t / 0.01) // 50)
+              for t in (10, 10, 50)]  # fmt: skip
+    assert float(race["yardstick_at_equal"]) == pytest.approx(sum(dqn_at) / 3)
+    assert float(race["equal_minutes"]) == pytest.approx((10 + 10 + 50) / 3 / 60)
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "## Against dqn (`d`): time to its final score" in text
+    assert "| pqn / p32 | G | 3/3 | 2/3 |" in text
+    code, _, err = study(capsys, "report", str(tmp_path), "--against", "c51")
+    assert code == 2 and "--against c51: the study has pqn, dqn" in err
 
 
 def test_report_of_some_algorithms_leaves_the_others_out(tmp_path, capsys):

@@ -155,6 +155,12 @@ def parser(prog: str = PROG) -> argparse.ArgumentParser:
         type=lambda text: [a for a in text.split(",") if a],
         help="only these algorithms of the grid, e.g. dqn,c51 (default: all)",
     )
+    rep.add_argument(
+        "--against",
+        metavar="ALGO",
+        help="also race every other algorithm against ALGO of the grid: the minutes to ALGO's "
+        "final score per game and seed, and the scores at equal wall time (races.csv)",
+    )
     return p
 
 
@@ -206,7 +212,7 @@ def _command(args: argparse.Namespace, arrays: JobArrays | None) -> int:
     from accelrl.study.report import report
 
     report(args.study_dir, args.out, fractions=args.fractions, window=args.window,
-           reps=args.reps, algorithms=args.algorithms)  # fmt: skip
+           reps=args.reps, algorithms=args.algorithms, against=args.against)  # fmt: skip
     return 0
 
 

@@ -8,6 +8,14 @@ relative score the ratio of its mean to the standard setting's, per game, and ov
 mean of the per-game ratios. Intervals are 95% stratified-bootstrap percentile intervals over
 seeds (``accelrl.tools.report.bootstrap_interval``: seeds resampled within each setting and game). A
 point enters the table for the seeds whose runs of both settings have logged past it.
+
+``against`` (``report --against ALGO``) adds the race against one algorithm of the grid, the
+yardstick: per game and seed, the yardstick's final score (the mean return of its last 100
+training episodes), the minutes each setting of the other algorithms took to first reach it
+(the mean of its last 100 episodes at or above it) over the minutes the yardstick took, and
+both scores at equal wall time (when the shorter run ended). Ratios are summarised by their
+median over seeds (a seed that never reached the score counts as an infinite ratio), with a
+95% bootstrap interval.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import numpy as np
 from accelrl.run.record import code_version
 from accelrl.study.grid import RECORD_NAME, cell_folder
 from accelrl.tools.plot import wall_minutes
-from accelrl.tools.report import bootstrap_interval, csv_rows
+from accelrl.tools.report import bootstrap_interval, csv_rows, stratified_bootstrap
 
 
 class StudyReportError(ValueError):
@@ -191,6 +199,189 @@ def _row(algo, setting, standard, fraction, point, game, per_game, of_seeds, rep
 
 
 # ---------------------------------------------------------------------------------------------
+# the race against a yardstick algorithm
+
+LAST = 100  # episodes in a run's running score (the mean return of its last LAST episodes)
+
+
+def running_score(returns: np.ndarray, last: int = LAST) -> np.ndarray:
+    """The mean return of the last ``last`` episodes (fewer at the start) at each episode."""
+    n = len(returns)
+    total = np.cumsum(returns, dtype=np.float64)
+    dropped = np.concatenate([np.zeros(last), total[: n - last]]) if n > last else np.zeros(n)
+    return (total - dropped) / np.minimum(np.arange(1, n + 1), last)
+
+
+def first_minutes(run: CellRun, target: float) -> float:
+    """Wall-clock minutes at which ``run``'s running score first reached ``target`` (inf:
+    never)."""
+    hit = np.flatnonzero(running_score(run.returns) >= target)
+    return float(run.minutes[hit[0]]) if len(hit) else math.inf
+
+
+def score_at_minutes(run: CellRun, minutes: float) -> float:
+    """``run``'s running score at its last episode ended by ``minutes`` (NaN: none yet)."""
+    before = np.flatnonzero(run.minutes <= minutes)
+    return float(running_score(run.returns)[before[-1]]) if len(before) else math.nan
+
+
+@dataclass
+class Race:
+    """One setting of one algorithm against the yardstick on one game (or ``all``)."""
+
+    algorithm: str
+    setting: str
+    game: str
+    seeds: int
+    of_seeds: int
+    reached: int
+    """Seeds on which the setting reached the yardstick's final score."""
+    final: tuple[float, float, float]
+    """The setting's final score (mean over seeds, interval)."""
+    yardstick_final: tuple[float, float, float]
+    equal_minutes: float
+    """Mean over seeds of the shorter run's minutes, where both scores below are taken."""
+    at_equal: tuple[float, float]
+    """(the setting's, the yardstick's) running score at the shorter run's end, means."""
+    minutes: tuple[float, float]
+    """(the setting's, the yardstick's) minutes to the yardstick's final score, medians."""
+    ratio: tuple[float, float, float]
+    """The setting's minutes over the yardstick's: median over seeds, interval."""
+
+
+def _median_interval(
+    m: np.ndarray, reps: int, rng: np.random.Generator
+) -> tuple[float, float, float]:
+    """The median of ``m`` (seeds x games, inf allowed) and its stratified-bootstrap 95%
+    percentile interval (a median at or next to an infinite value is infinite)."""
+    huge = 1e300
+
+    def stat(x: np.ndarray) -> float:
+        med = float(np.median(np.where(np.isinf(x), huge, x)))
+        return math.inf if med >= huge / 4 else med
+
+    boot = stratified_bootstrap(m, stat, reps, rng)
+    low, high = np.percentile(np.where(np.isinf(boot), huge, boot), [2.5, 97.5])
+    return stat(m), *(math.inf if v >= huge / 4 else float(v) for v in (low, high))
+
+
+def race_table(
+    runs: Sequence[CellRun], record: dict, yardstick: str, reps: int, seed: int = 0
+) -> list[Race]:
+    """One row per algorithm (other than ``yardstick``) x setting x game, then ``all`` games
+    when there are several: its finished runs against the yardstick's standard setting's
+    finished runs of the same game and seed."""
+    algorithms = record["algorithms"]
+    if yardstick not in algorithms:
+        raise StudyReportError(f"--against {yardstick}: the study has "
+                               f"{', '.join(algorithms)}")  # fmt: skip
+    yard = algorithms[yardstick]
+    rng = np.random.default_rng(seed)
+    done = {
+        (r.algorithm, r.setting, r.game, r.seed): r
+        for r in runs
+        if r.minutes is not None and r.reached >= algorithms[r.algorithm]["frames"]
+    }
+    rows = []
+    for algo, spec in algorithms.items():
+        if algo == yardstick:
+            continue
+        for setting in spec["settings"]:
+            per_game: dict[str, list[dict[str, float]]] = {}
+            for game in (g for g in spec["games"] if g in yard["games"]):
+                seeds = [s for s in spec["seeds"] if s in yard["seeds"]]
+                cells = []
+                for s in seeds:
+                    mine = done.get((algo, setting, game, s))
+                    theirs = done.get((yardstick, yard["standard"], game, s))
+                    if mine is None or theirs is None:
+                        continue
+                    target = float(running_score(theirs.returns)[-1])
+                    end = min(float(mine.minutes[-1]), float(theirs.minutes[-1]))
+                    cells.append({
+                        "seed": s,
+                        "final": float(running_score(mine.returns)[-1]),
+                        "yardstick_final": target,
+                        "equal_minutes": end,
+                        "mine_at_equal": score_at_minutes(mine, end),
+                        "theirs_at_equal": score_at_minutes(theirs, end),
+                        "mine_minutes": first_minutes(mine, target),
+                        "theirs_minutes": first_minutes(theirs, target),
+                    })  # fmt: skip
+                per_game[game] = cells
+                rows.append(_race(algo, setting, game, [cells], len(seeds), reps, rng))
+            if len(per_game) > 1:
+                common = set.intersection(*({c["seed"] for c in v} for v in per_game.values()))
+                kept = [[c for c in v if c["seed"] in common] for v in per_game.values()]
+                of = len([s for s in spec["seeds"] if s in yard["seeds"]])
+                rows.append(_race(algo, setting, "all", kept, of, reps, rng))
+    return rows
+
+
+def _race(algo, setting, game, per_game, of_seeds, reps, rng) -> Race:
+    """A race row from ``per_game``: for each game, its seeds' cells (dicts)."""
+    n = min(len(cells) for cells in per_game)
+    nan2, nan3 = (math.nan, math.nan), (math.nan, math.nan, math.nan)
+    if n == 0:
+        return Race(algo, setting, game, 0, of_seeds, 0, nan3, nan3, math.nan, nan2, nan2, nan3)
+
+    def matrix(key: str) -> np.ndarray:  # [seeds, games]
+        return np.array([[c[key] for c in cells] for cells in per_game]).T
+
+    mine, theirs = matrix("mine_minutes"), matrix("theirs_minutes")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(np.isinf(mine), math.inf, mine / theirs)
+    return Race(
+        algo, setting, game, n, of_seeds,
+        reached=int(np.isfinite(mine).sum()),
+        final=bootstrap_interval(matrix("final"), _mean, reps, rng),
+        yardstick_final=bootstrap_interval(matrix("yardstick_final"), _mean, reps, rng),
+        equal_minutes=float(matrix("equal_minutes").mean()),
+        at_equal=(float(matrix("mine_at_equal").mean()), float(matrix("theirs_at_equal").mean())),
+        minutes=(float(np.median(mine)), float(np.median(theirs))),
+        ratio=_median_interval(ratio, reps, rng),
+    )  # fmt: skip
+
+
+def race_markdown(races: Sequence[Race], yardstick: str, standard: str, reps: int) -> list[str]:
+    lines = [
+        "",
+        f"## Against {yardstick} (`{standard}`): time to its final score",
+        "",
+        f"- Target, per game and seed: {yardstick}'s final score, the mean return of its last "
+        f"{LAST} training episodes. Minutes: the first time a run's mean of its last {LAST} "
+        "episodes reached it (both sides timed the same way, medians over seeds).",
+        f"- Ratio: the setting's minutes over {yardstick}'s, the median over seeds (a seed that "
+        f"never reached the target counts as infinite) with a 95% bootstrap interval ({reps} "
+        "resamples, within each game).",
+        "- At equal wall time: both runs' mean of the last 100 episodes when the shorter run "
+        "ended (minutes: the mean over seeds of that end).",
+        "- Only finished runs of both sides, on the same seeds, enter.",
+        "",
+        f"| algorithm / setting | game | seeds | reached | final [95% CI] | {yardstick} final "
+        f"[95% CI] | at equal wall time: setting / {yardstick} (min) | minutes to target: "
+        f"setting / {yardstick} | ratio [95% CI] |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in races:
+        name = f"{r.algorithm} / {r.setting}"
+        if r.seeds == 0:
+            lines.append(f"| {name} | {r.game} | 0/{r.of_seeds} | | pending | | | | |")
+            continue
+        lines.append(
+            f"| {name} | {r.game} | {r.seeds}/{r.of_seeds} | {r.reached}/{r.seeds} | "
+            f"{_interval(r.final)} | {_interval(r.yardstick_final)} | {r.at_equal[0]:.3g} / "
+            f"{r.at_equal[1]:.3g} ({r.equal_minutes:.3g}) | {_minutes(r.minutes[0])} / "
+            f"{_minutes(r.minutes[1])} | {_interval(r.ratio)} |"
+        )
+    return lines
+
+
+def _minutes(value: float) -> str:
+    return "never" if math.isinf(value) else f"{value:.3g}"
+
+
+# ---------------------------------------------------------------------------------------------
 # figures
 
 
@@ -326,6 +517,20 @@ def write_csv(rows: Sequence[Row], path: Path) -> None:
                         r.seeds, r.of_seeds, *r.score, *r.relative])  # fmt: skip
 
 
+def write_race_csv(races: Sequence[Race], path: Path) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["algorithm", "setting", "game", "seeds", "of_seeds", "reached", "final",
+                    "final_low", "final_high", "yardstick_final", "yardstick_final_low",
+                    "yardstick_final_high", "equal_minutes", "at_equal", "yardstick_at_equal",
+                    "minutes", "yardstick_minutes", "ratio", "ratio_low",
+                    "ratio_high"])  # fmt: skip
+        for r in races:
+            w.writerow([r.algorithm, r.setting, r.game, r.seeds, r.of_seeds, r.reached,
+                        *r.final, *r.yardstick_final, r.equal_minutes, *r.at_equal,
+                        *r.minutes, *r.ratio])  # fmt: skip
+
+
 def report(
     study_dir: str | Path,
     out: str | Path | None = None,
@@ -334,21 +539,28 @@ def report(
     window: float = 0.05,
     reps: int = 2000,
     algorithms: Sequence[str] | None = None,
+    against: str | None = None,
     say: Callable[[str], None] = print,
 ) -> list[Row]:
     """Write ``report.md``, ``scores.csv`` and ``<algorithm>-<game>.png`` to ``out`` (default
-    STUDY_DIR/report) for the grid's ``algorithms`` (None: all); returns the table's rows."""
+    STUDY_DIR/report) for the grid's ``algorithms`` (None: all), with ``against`` the race
+    against that algorithm (``race_table``; races.csv too); returns the table's rows."""
     study_dir = Path(study_dir)
     if not all(0 < f <= 1 for f in fractions):
         raise StudyReportError(f"--fractions {list(fractions)}: each must be in (0, 1]")
     if not 0 < window <= 1:
         raise StudyReportError(f"--window {window}: a fraction of the budget in (0, 1]")
     record = read_record(study_dir)
+    if against is not None and against not in record["algorithms"]:
+        raise StudyReportError(f"--against {against}: the study has "
+                               f"{', '.join(record['algorithms'])}")  # fmt: skip
     if algorithms is not None:
         unknown = [a for a in algorithms if a not in record["algorithms"]]
         if unknown or not algorithms:
             raise StudyReportError(f"--algorithms {','.join(algorithms)}: the study has "
                                    f"{', '.join(record['algorithms'])}")  # fmt: skip
+        if against is not None and against not in algorithms:
+            algorithms = [*algorithms, against]
         record = {**record, "algorithms": {a: record["algorithms"][a] for a in algorithms}}
     out = Path(out) if out is not None else study_dir / "report"
     runs, missing = read_cells(study_dir, record)
@@ -363,6 +575,14 @@ def report(
                                             window))  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     text = markdown(rows, record, study_dir, window, reps, missing, figures)
+    if against is not None:
+        races = race_table(runs, record, against, reps)
+        standard = record["algorithms"][against]["standard"]
+        race_lines = race_markdown(races, against, standard, reps)
+        cut = text.find("\n## Figures")
+        cut = len(text) - 1 if cut < 0 else cut
+        text = text[:cut] + "\n".join(race_lines) + "\n" + text[cut:]
+        write_race_csv(races, out / "races.csv")
     (out / "report.md").write_text(text)
     write_csv(rows, out / "scores.csv")
     say(text)
