@@ -359,18 +359,29 @@ def acting_policies(game: str, kind: str):
 
 
 def first_batches(
-    cls, game: str, kind: str, rows: int, steps: int, count: int, seed: int = 3, **env
-):
+    cls, game: str, kind: str, rows: int, steps: int, count: int, seed: int = 3, device=None,
+    crossing=False, **env,
+):  # fmt: skip
     """``count`` batches of ``cls`` (TorchRL's ``Collector`` or ``LeanCollector``) from the same
-    seeds, and whether the lean path ran; ``env``: more ``EnvConfig`` settings."""
+    seeds, and whether the lean path ran; ``device``: the policy's and the batches' (a GPU);
+    ``env``: more ``EnvConfig`` settings."""
     from accelrl.envs import make_env
 
     policy = acting_policies(game, kind)
+    devices = {}
+    if device is not None:
+        policy = policy.to(device)
+        devices = dict(policy_device=device, storing_device=device, env_device="cpu")
     torch.manual_seed(seed)  # the action draws
+    if device is not None and device.startswith("cuda"):
+        torch.cuda.manual_seed_all(seed)
     env = make_env(EnvConfig(game=game, num_envs=rows, **env), seed=seed)
     collector = cls(
-        env, policy, frames_per_batch=rows * steps, total_frames=-1, track_traj_ids=False
-    )
+        env, policy, frames_per_batch=rows * steps, total_frames=-1, track_traj_ids=False,
+        **devices,
+    )  # fmt: skip
+    if crossing:  # take the GPU's branches on the CPU: moves to "cpu" instead of no moves
+        collector._policy_on = collector._store_on = torch.device("cpu")
     try:
         batches = iter(collector)
         return [next(batches).clone() for _ in range(count)], getattr(collector, "lean", None)
@@ -388,16 +399,22 @@ def first_batches(
         ("Breakout", "ppo", 60, {"fire_on_life_loss": True}),  # ale-py: lives, FIRE after a loss
     ],
 )
-def test_lean_collector_batches_equal_torchrls(game, kind, steps, env):
+@pytest.mark.parametrize("crossing", [False, True], ids=["", "device-branches"])
+def test_lean_collector_batches_equal_torchrls(game, kind, steps, env, crossing):
     """The lean rollout writes the batches TorchRL's ``Collector`` yields for the same seeds:
     the same keys, dtypes, shapes, dim names and values (actions drawn from the same stream,
-    final observations at episode ends, roots reset in the same step, episode statistics)."""
+    final observations at episode ends, roots reset in the same step, episode statistics);
+    ``crossing``: through the branches a policy or batches on a GPU take."""
     from torchrl.collectors import Collector
 
     from accelrl.collectors import LeanCollector
 
+    if crossing and game not in ("Null/CartPole", "Null/Atari"):
+        pytest.skip("the branches are the same on every simulator")
     expected, _ = first_batches(Collector, game, kind, rows=4, steps=steps, count=3, **env)
-    found, lean = first_batches(LeanCollector, game, kind, rows=4, steps=steps, count=3, **env)
+    found, lean = first_batches(
+        LeanCollector, game, kind, rows=4, steps=steps, count=3, crossing=crossing, **env
+    )
     assert lean, "the lean rollout must run here, or this test compares TorchRL with itself"
     ends = expected[1]["next", "done"] | expected[1]["next", "life_lost"]
     assert ends.any(), "the batches must hold episode ends (Breakout: lost lives)"
@@ -407,6 +424,28 @@ def test_lean_collector_batches_equal_torchrls(game, kind, steps, env):
         for key in want.keys(True, True):
             a, b = want.get(key), got.get(key)
             assert a.dtype == b.dtype and a.shape == b.shape, key
+            assert torch.equal(a, b), key
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kind,steps", [("ppo", 45), ("dqn", 45)])
+def test_lean_collector_on_a_gpu_equals_torchrls(kind, steps):
+    """The policy and the batches on a GPU (the recipes' default there): the lean rollout acts
+    on the device and writes in host memory, and yields what TorchRL's rollout does."""
+    from torchrl.collectors import Collector
+
+    from accelrl.collectors import LeanCollector
+
+    args = dict(game="Null/CartPole", kind=kind, rows=4, steps=steps, count=3, device="cuda")
+    expected, _ = first_batches(Collector, **args)
+    found, lean = first_batches(LeanCollector, **args)
+    assert lean, "the lean rollout must run on a GPU, or this test compares TorchRL with itself"
+    for want, got in zip(expected, found, strict=True):
+        assert got.device == want.device and got.names == want.names
+        for key in want.keys(True, True):
+            a, b = want.get(key), got.get(key)
+            assert a.dtype == b.dtype and a.shape == b.shape and a.device == b.device, key
             assert torch.equal(a, b), key
 
 

@@ -48,11 +48,14 @@ class _BatchMemory:
         output_keys: list[str],
     ) -> None:
         rows, steps = like.batch_size
-        self.size, self.device = like.batch_size, like.device
+        # In host memory, whatever device ``like`` is on: the env writes through numpy views.
+        self.size, self.device = like.batch_size, torch.device("cpu")
         self.leaves: dict[tuple[str, ...], torch.Tensor] = {}
         for key, value in like.items(include_nested=True, leaves_only=True):
             path = key if isinstance(key, tuple) else (key,)
-            self.leaves[path] = torch.empty_like(value, memory_format=torch.contiguous_format)
+            self.leaves[path] = torch.empty_like(
+                value, memory_format=torch.contiguous_format, device=self.device
+            )
         step = range(steps)
         leaf = self.leaves
         # numpy views for the env: whole arrays [rows, T, ...] and each step's [rows, ...].
@@ -105,10 +108,12 @@ class LeanCollector(Collector):
     """TorchRL's ``Collector``; after its first batch, a lean rollout where that is exact.
 
     The lean rollout runs when the env is a ``SameStepVectorEnv`` stepping every simulator
-    together (no transforms: a recurrent policy's state travels through TorchRL's path), the
-    policy acts on the env's device without compilation, batches stay on the CPU, the collector
-    is endless and none of TorchRL's extras are asked for (replay buffer, trajectory ids,
-    splitting, post-processing, random frames, resets at each batch, hooks), and TorchRL's
+    together on the CPU (no transforms: a recurrent policy's state travels through TorchRL's
+    path), the policy acts without compilation on the CPU or a GPU (each step's observation goes
+    there and the action comes back; the batch is written in host memory and, stored on a GPU,
+    copied there once), the collector is endless and none of TorchRL's extras are asked for
+    (replay buffer, trajectory ids, splitting, post-processing, random frames, resets at each
+    batch, hooks), and TorchRL's
     first batch holds the env's keys and the policy's outputs only. Each step the policy acts
     on the root (a ``DirectTensorDictModule`` reading one key runs its network directly, a
     policy with ``lean_outputs`` its own tensor path; their outputs are stacked into the batch
@@ -123,6 +128,11 @@ class LeanCollector(Collector):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._batch_memory: list[_BatchMemory] = []
+        cpu = torch.device("cpu")
+        # A policy or batches on a GPU: the lean rollout acts there and writes in host memory
+        # (None here: on the CPU, nothing moves).
+        self._policy_on = self.policy_device if self.policy_device not in (None, cpu) else None
+        self._store_on = self.storing_device if self.storing_device not in (None, cpu) else None
         self.lean = (
             isinstance(self.env, SameStepVectorEnv)
             and self.env.rows == self.env.num_envs
@@ -134,11 +144,12 @@ class LeanCollector(Collector):
             and self.post_collect_hook is None
             and self.init_random_frames in (0, None)
             and self.total_frames == float("inf")
+            and self.env_device in (None, cpu)
             and all(
-                device in (None, torch.device("cpu"))
-                for device in (self.env_device, self.policy_device, self.storing_device)
+                device is None or device.type in ("cpu", "cuda")
+                for device in (self.policy_device, self.storing_device)
             )
-            and self.env.device == torch.device("cpu")
+            and self.env.device == cpu
             and not collector_truncates_batches(self)
         )
 
@@ -183,7 +194,7 @@ class LeanCollector(Collector):
         if self._direct or self._lean_outputs is not None:
             output_keys = list(policy.out_keys)  # in the order the network returns them
         self._like, self._root_keys, self._output_keys = batch, root_keys, output_keys
-        self._carry = {k: root.get(k).numpy().copy() for k in root_keys}
+        self._carry = {k: root.get(k).cpu().numpy().copy() for k in root_keys}
         return True
 
     def _take_memory(self) -> _BatchMemory:
@@ -201,6 +212,7 @@ class LeanCollector(Collector):
     def _lean_rollout(self) -> TensorDictBase:
         env, policy, carry = self.env, self.policy, self._carry
         obs_key, direct, lean_outputs = env.obs_key, self._direct, self._lean_outputs
+        policy_on = self._policy_on
         memory = self._take_memory()
         steps = len(memory.next_at)
         for key, value in carry.items():
@@ -217,11 +229,12 @@ class LeanCollector(Collector):
         with set_exploration_type(self.exploration_type):
             for t in range(steps):
                 acted = None
+                seen = obs if policy_on is None else obs.to(policy_on)
                 if direct:
-                    acted = policy.module(obs)
+                    acted = policy.module(seen)
                     acted = acted if isinstance(acted, tuple) else (acted,)
                 elif lean_outputs is not None:
-                    acted = lean_outputs(obs)
+                    acted = lean_outputs(seen)
                 if acted is not None and stacked_steps == t:
                     for values, value in zip(stacked, acted, strict=True):
                         values.append(full(value))
@@ -231,7 +244,7 @@ class LeanCollector(Collector):
                     if acted is None:
                         td = memory.inputs[t]
                         set_unchecked(td, obs_key, obs)
-                        td = policy(td)
+                        td = policy(td if policy_on is None else td.to(policy_on))
                         acted = tuple(td.get(key) for key in keys)
                     for key, value in zip(keys, acted, strict=True):
                         memory.outputs[t][key].copy_(full(value))
@@ -239,11 +252,15 @@ class LeanCollector(Collector):
                 last = t + 1 == steps
                 into = carry[obs_key] if last else root_obs[:, t + 1]
                 # The policy's own (contiguous) action tensor, not the batch's strided view.
+                action = action if policy_on is None else action.cpu()
                 obs = torch.from_numpy(env.step_into(action, memory.next_at[t], into))
         for key, values in zip(keys, stacked, strict=True):
-            if stacked_steps == steps:
+            if stacked_steps == steps and policy_on is None:
                 torch.stack(values, dim=1, out=memory.leaves[(key,)])
             elif stacked_steps:
                 memory.leaves[(key,)][:, :stacked_steps].copy_(torch.stack(values, dim=1))
         env.complete_rollout(memory.next, memory.root, carry)
-        return memory.batch()
+        batch = memory.batch()
+        # Batches stored on a GPU: one copy of the whole batch (the caller's from then on, so
+        # the host memory is free again at once).
+        return batch if self._store_on is None else batch.to(self._store_on)
