@@ -106,8 +106,11 @@ def tiny_actor_critic(spec: dict[str, Any]):
 # --- plain loops ------------------------------------------------------------------------------
 
 
-def plain_actor_critic(game: str, num_envs: int, T: int, model) -> Callable[[], None]:
-    """One batch of the plain actor-critic loop (see the module docstring)."""
+def plain_actor_critic(
+    game: str, num_envs: int, T: int, model, device: str = "cpu"
+) -> Callable[[], None]:
+    """One batch of the plain actor-critic loop (see the module docstring); on a GPU the
+    network and the rollout live there, as a single-file loop keeps them."""
     from accelrl.envs.null import NullVecEnv
 
     sim = NullVecEnv(game.split("/")[1], num_envs)
@@ -115,12 +118,12 @@ def plain_actor_critic(game: str, num_envs: int, T: int, model) -> Callable[[], 
     policy_net = model.get_policy_head().module[0].module
     value_net = model.get_value_head().module
     obs_np, _, _ = sim._raw_reset(np.arange(num_envs))
-    obs = torch.from_numpy(obs_np)
+    obs = torch.from_numpy(obs_np).to(device)
     shape = (T, num_envs)
-    buf_obs = torch.empty((*shape, *obs.shape[1:]), dtype=obs.dtype)
-    buf_action = torch.empty(shape, dtype=torch.int64)
-    buf_logp, buf_value, buf_reward = (torch.empty(shape) for _ in range(3))
-    buf_done = torch.empty(shape, dtype=torch.bool)
+    buf_obs = torch.empty((*shape, *obs.shape[1:]), dtype=obs.dtype, device=device)
+    buf_action = torch.empty(shape, dtype=torch.int64, device=device)
+    buf_logp, buf_value, buf_reward = (torch.empty(shape, device=device) for _ in range(3))
+    buf_done = torch.empty(shape, dtype=torch.bool, device=device)
 
     def batch() -> None:
         nonlocal obs
@@ -135,16 +138,19 @@ def plain_actor_critic(game: str, num_envs: int, T: int, model) -> Callable[[], 
                 buf_action[t] = action
                 buf_logp[t] = dist.log_prob(action)
                 buf_value[t] = value_net(hidden).squeeze(-1)
-                next_np, reward, term, trunc, _, _, _ = sim._raw_step(action.numpy())
-                buf_reward[t] = torch.from_numpy(reward)
-                buf_done[t] = torch.from_numpy(term | trunc)
-                obs = torch.from_numpy(next_np)
+                next_np, reward, term, trunc, _, _, _ = sim._raw_step(action.cpu().numpy())
+                buf_reward[t] = torch.from_numpy(reward).to(device)
+                buf_done[t] = torch.from_numpy(term | trunc).to(device)
+                obs = torch.from_numpy(next_np).to(device)
 
     return batch
 
 
-def plain_dqn(game: str, num_envs: int, T: int, q_net: nn.Module) -> Callable[[], None]:
-    """One batch of the plain DQN acting loop (see the module docstring)."""
+def plain_dqn(
+    game: str, num_envs: int, T: int, q_net: nn.Module, device: str = "cpu"
+) -> Callable[[], None]:
+    """One batch of the plain DQN acting loop (see the module docstring); on a GPU the network
+    acts there and the ring stays in host memory, as a replay keeps it."""
     from accelrl.envs.null import NullVecEnv
 
     sim = NullVecEnv(game.split("/")[1], num_envs)
@@ -163,7 +169,7 @@ def plain_dqn(game: str, num_envs: int, T: int, q_net: nn.Module) -> Callable[[]
         nonlocal obs, at
         with torch.no_grad():
             for _ in range(T):
-                action = q_net(obs).argmax(-1)
+                action = q_net(obs.to(device)).argmax(-1).cpu()
                 explore = torch.rand(num_envs) < EPS
                 action = torch.where(explore, torch.randint(0, num_actions, (num_envs,)), action)
                 next_np, reward, term, trunc, _, _, _ = sim._raw_step(action.numpy())
@@ -181,10 +187,12 @@ def plain_dqn(game: str, num_envs: int, T: int, q_net: nn.Module) -> Callable[[]
 # --- the recipes' collection ------------------------------------------------------------------
 
 
-def recipe_collector(game: str, num_envs: int, T: int, policy: nn.Module, torchrl: bool = False):
-    """``make_collector`` as ``run_collector`` calls it for a run on one process, watched;
-    ``torchrl``: TorchRL's own ``Collector`` in its place (what ``make_collector`` built before
-    ``LeanCollector``), with the same settings."""
+def recipe_collector(
+    game: str, num_envs: int, T: int, policy: nn.Module, torchrl: bool = False, device: str = "cpu"
+):
+    """``make_collector`` as ``run_collector`` calls it for a run on one process with its
+    learner on ``device``, watched; ``torchrl``: TorchRL's own ``Collector`` in its place (what
+    ``make_collector`` built before ``LeanCollector``), with the same settings."""
     from torchrl.collectors import Collector
 
     from accelrl.collectors import WatchedCollector, make_collector
@@ -197,7 +205,7 @@ def recipe_collector(game: str, num_envs: int, T: int, policy: nn.Module, torchr
         warnings.simplefilter("ignore")
         if torchrl:
             env = make_env(EnvConfig(game=game, num_envs=num_envs), seed=0)
-            options = dict(policy_device="cpu", storing_device="cpu", env_device="cpu")
+            options = dict(policy_device=device, storing_device=device, env_device="cpu")
             collector = Collector(
                 env, policy, frames_per_batch=num_envs * T, total_frames=-1,
                 track_traj_ids=False, **options,
@@ -209,28 +217,30 @@ def recipe_collector(game: str, num_envs: int, T: int, policy: nn.Module, torchr
             policy,
             seed=0,
             plan=plan,
-            learner_device="cpu",
+            learner_device=device,
         )
     return WatchedCollector(collector, stall_timeout_s=600.0, learner_policy=policy)
 
 
 def recipe_actor_critic(
-    recipe: str, game: str, num_envs: int, T: int, model, torchrl: bool = False
-):
+    recipe: str, game: str, num_envs: int, T: int, model, torchrl: bool = False,
+    device: str = "cpu",
+):  # fmt: skip
     """(one batch of the recipe's collection, the collector to shut down)."""
     from accelrl.algos.a2c import A2C, A2CConfig
     from accelrl.algos.ppo import PPO, PPOConfig
 
-    learner = PPO(model, PPOConfig(), torch.device("cpu")) if recipe == "ppo" else None
-    learner = learner or A2C(model, A2CConfig(), torch.device("cpu"))
-    collector = recipe_collector(game, num_envs, T, learner.collect_policy, torchrl)
+    on = torch.device(device)
+    learner = PPO(model, PPOConfig(), on) if recipe == "ppo" else A2C(model, A2CConfig(), on)
+    collector = recipe_collector(game, num_envs, T, learner.collect_policy, torchrl, device)
     batches = iter(collector)
     return (lambda: next(batches)), collector
 
 
 def recipe_dqn(
-    game: str, num_envs: int, T: int, q_net: nn.Module, replay_dir: str, torchrl: bool = False
-):
+    game: str, num_envs: int, T: int, q_net: nn.Module, replay_dir: str, torchrl: bool = False,
+    device: str = "cpu",
+):  # fmt: skip
     """(one batch of DQN's collection written into its replay, the collector to shut down)."""
     from accelrl.algos.dqn import DQN, DQNConfig
     from accelrl.compat import qvalue_actor_modules
@@ -240,10 +250,10 @@ def recipe_dqn(
     spec = env_spec(game)
     shape = tuple(spec["obs_shape"])
     cfg = DQNConfig(eps_start=EPS, eps_end=EPS)
-    dqn = DQN(cfg, **spec, device=torch.device("cpu"))
+    dqn = DQN(cfg, **spec, device=torch.device(device))
     # The recipe's acting modules around the tiny network (the same one the plain loop runs).
     qvalue_actor_modules(dqn.greedy)[0].module = q_net
-    collector = recipe_collector(game, num_envs, T, dqn.collect_policy, torchrl)
+    collector = recipe_collector(game, num_envs, T, dqn.collect_policy, torchrl, device)
     frames = len(shape) == 3
     replay = FrameReplay(
         capacity=max(32768 // num_envs, 2 * T) * num_envs,
@@ -259,14 +269,16 @@ def recipe_dqn(
 
 
 def steppers(
-    game: str, num_envs: int, recipes: tuple[str, ...], replay_dir: str, before: bool = False
-) -> tuple[dict[str, tuple[Callable[[], Any], int]], list[Any]]:
+    game: str, num_envs: int, recipes: tuple[str, ...], replay_dir: str, before: bool = False,
+    device: str = "cpu",
+) -> tuple[dict[str, tuple[Callable[[], Any], int]], list[Any]]:  # fmt: skip
     """name -> (one batch, agent steps per batch) for the plain loops and each recipe, and with
-    ``before`` each recipe on TorchRL's ``Collector`` (``"<recipe> torchrl"``)."""
+    ``before`` each recipe on TorchRL's ``Collector`` (``"<recipe> torchrl"``); the networks
+    act on ``device``."""
     spec = env_spec(game)
     torch.manual_seed(0)
-    model = tiny_actor_critic(spec)
-    q_net = TinyQ(spec["obs_shape"], spec["num_actions"])
+    model = tiny_actor_critic(spec).to(device)
+    q_net = TinyQ(spec["obs_shape"], spec["num_actions"]).to(device)
     out: dict[str, tuple[Callable[[], Any], int]] = {}
     collectors = []
     itemsize = 1 if len(spec["obs_shape"]) == 3 else 4
@@ -274,15 +286,18 @@ def steppers(
     for recipe in recipes:
         T = steps_per_env(recipe, num_envs, obs_bytes)
         if recipe == "dqn":
-            out["plain dqn"] = (plain_dqn(game, num_envs, T, q_net), num_envs * T)
+            out["plain dqn"] = (plain_dqn(game, num_envs, T, q_net, device), num_envs * T)
         else:
-            out[f"plain {recipe}"] = (plain_actor_critic(game, num_envs, T, model), num_envs * T)
+            plain = plain_actor_critic(game, num_envs, T, model, device)
+            out[f"plain {recipe}"] = (plain, num_envs * T)
         for torchrl in (False, True) if before else (False,):
             if recipe == "dqn":
                 sub = f"{replay_dir}/{int(torchrl)}"
-                step, collector = recipe_dqn(game, num_envs, T, q_net, sub, torchrl)
+                step, collector = recipe_dqn(game, num_envs, T, q_net, sub, torchrl, device)
             else:
-                step, collector = recipe_actor_critic(recipe, game, num_envs, T, model, torchrl)
+                step, collector = recipe_actor_critic(
+                    recipe, game, num_envs, T, model, torchrl, device
+                )
             out[f"{recipe} torchrl" if torchrl else recipe] = (step, num_envs * T)
             collectors.append(collector)
     return out, collectors
@@ -296,11 +311,12 @@ def bench(
     seconds: float,
     verbose: bool = False,
     before: bool = False,
+    device: str = "cpu",
 ) -> dict[str, Any]:
-    """Per-step times of the plain loops and the recipes at ``num_envs`` simulators (with
-    ``before``, also on TorchRL's ``Collector``)."""
+    """Per-step times of the plain loops and the recipes at ``num_envs`` simulators, the
+    networks on ``device`` (with ``before``, also on TorchRL's ``Collector``)."""
     with tempfile.TemporaryDirectory() as replay_dir:
-        fns, collectors = steppers(game, num_envs, recipes, replay_dir, before)
+        fns, collectors = steppers(game, num_envs, recipes, replay_dir, before, device)
         try:
             for fn, _ in fns.values():  # first batches allocate and fill caches
                 for _ in range(3):
@@ -313,7 +329,8 @@ def bench(
         finally:
             for c in collectors:
                 c.shutdown()
-    out: dict[str, Any] = {"game": game, "num_envs": num_envs, "per_round": rates}
+    out: dict[str, Any] = {"game": game, "num_envs": num_envs, "device": device,
+                           "per_round": rates}  # fmt: skip
     for name in fns:
         out[f"{name} us/step"] = 1e6 / common.median(rates[name])
     for recipe in recipes:
@@ -370,6 +387,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--rounds", type=int, default=30, help="alternating rounds per size")
     p.add_argument("--profile", default=None, choices=RECIPES, help="profile this recipe")
     p.add_argument("--before", action="store_true", help="also each recipe on TorchRL's Collector")
+    p.add_argument("--device", default="cpu", help="where the networks act: cpu, cuda, cuda:N")
     p.add_argument("--json", default=None, help="write the results to this path")
     p.add_argument("-v", "--verbose", action="store_true", help="print every round")
     args = p.parse_args(argv)
@@ -387,10 +405,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for n in args.num_envs:
             print(f"{game}, {n} simulators: {args.rounds} rounds", flush=True)
             results.append(
-                bench(game, n, recipes, args.rounds, args.seconds, args.verbose, args.before)
-            )
+                bench(game, n, recipes, args.rounds, args.seconds, args.verbose, args.before,
+                      args.device)
+            )  # fmt: skip
     print(
-        f"\nacting overhead, {common.cores()} cores: us per agent step (medians), "
+        f"\nacting overhead, {common.cores()} cores, networks on {args.device}: us per agent "
+        "step (medians), "
         f"recipe / plain = median of per-round paired time ratios (target <= {TARGET:g} at "
         f"{' and '.join(map(str, TARGET_NUM_ENVS))} simulators)"
     )

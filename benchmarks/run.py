@@ -608,14 +608,16 @@ def acting_section(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any]]
     for game in games:
         for n in sizes:
             log(f"acting {game}, {n} simulators: {rounds} rounds")
-            r = acting_overhead.bench(game, n, recipes, rounds, seconds, args.verbose)
+            r = acting_overhead.bench(
+                game, n, recipes, rounds, seconds, args.verbose, device=args.device
+            )
             results.append(r)
             for recipe in recipes:
                 target = n in acting_overhead.TARGET_NUM_ENVS
                 rows.append(
                     Row(
                         "acting",
-                        f"acting {game}, {n} sims: {recipe} collection",
+                        f"acting {game}, {n} sims: {recipe} collection ({args.device})",
                         r[f"{recipe} us/step"],
                         "us/step",
                         reference=f"plain {recipe} loop",

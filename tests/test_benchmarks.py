@@ -54,7 +54,7 @@ def expected_rows(payload: dict) -> list[str]:
     names += ["first batch: ppo Pong, in-process", "first batch: ppo Pong, 2 worker processes"]
     names += ["env MinAtar/Breakout: accelrl make_env minatar"]
     names += ["env MinAtar/Breakout: stepped as LeanCollector steps it"]
-    names += [f"acting Null/CartPole, 8 sims: {recipe} collection" for recipe in ("ppo", "dqn")]
+    names += [f"acting Null/CartPole, 8 sims: {r} collection (cpu)" for r in ("ppo", "dqn")]
     return names
 
 
@@ -282,3 +282,64 @@ def test_acting_overhead_benchmark_times_the_plain_loop_and_each_recipe():
         assert result[f"{name} us/step"] > 0, name
     for name in ("ppo", "ppo torchrl", "dqn", "dqn torchrl"):
         assert math.isfinite(result[f"{name} / plain"]) and result[f"{name} / plain"] > 0
+
+
+# --- the prepared GPU check (benchmarks.gpu_check) --------------------------------------------
+
+CHECK_LINES = ["ppo-vs-plain", "a2c-vs-plain", "collect-vs-ceiling", "dqn-512"]
+
+
+def test_gpu_check_smoke_runs_every_step_and_gives_every_line(quick_run, tmp_path):
+    """The GPU check's CPU smoke mode, on this suite's quick run: every line has its figure
+    (PASS or FAIL says nothing on a CPU), and check.txt names the date, commit and host."""
+    from benchmarks import gpu_check
+
+    payload, _ = quick_run
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps(payload))
+    out = tmp_path / "check"
+    lines = gpu_check.main(["--smoke", "--out", str(out), "--suite-json", str(suite)])
+    names = [line.name for line in lines]
+    assert names == [*CHECK_LINES, "acting-ppo-8", "acting-a2c-8", "acting-dqn-8", "pong-18"]
+    missing = [line.text() for line in lines if line.status == "MISSING"]
+    assert not missing, missing
+    assert all(line.value > 0 for line in lines if line.name != "pong-18")
+    text = (out / "check.txt").read_text()
+    assert "accelrl commit" in text and "smoke run" in text and "device cpu" in text
+    assert [row["name"] for row in json.loads((out / "check.json").read_text())["lines"]] == names
+
+
+def test_gpu_check_judges_each_figure_against_its_target():
+    from benchmarks.gpu_check import acting_lines, pong_line, suite_lines
+
+    def train(recipe, ratio):
+        return {"section": "train", "what": f"train Pong: {recipe} (16 envs)", "rate": 1000.0,
+                "frames_per_s": 4000.0, "reference": "plain", "ref_rate": 1000.0 / ratio,
+                "ratio": ratio}  # fmt: skip
+
+    ceiling = {
+        "section": "collect",
+        "what": "collect Pong: accelrl sync in-process 16",
+        "reference": "sync ceiling",
+        "rate": 80.0,
+        "ref_rate": 100.0,
+        "ratio": 0.8,
+    }
+    versus_torchrl = {**ceiling, "reference": "TorchRL ref Collector", "ratio": 2.0}
+    rows = [train("ppo", 1.12), train("a2c", 1.05), versus_torchrl, ceiling]
+    lines = {line.name: line for line in suite_lines({"rows": rows})}
+    assert lines["ppo-vs-plain"].status == "PASS" and lines["a2c-vs-plain"].status == "FAIL"
+    assert lines["collect-vs-ceiling"].value == 0.8  # the row against the ceiling, not TorchRL
+    assert lines["collect-vs-ceiling"].status == "FAIL"
+    assert lines["dqn-512"].status == "MISSING"
+    result = {"num_envs": 64, "game": "Null/Atari", "ppo / plain": 1.2, "a2c / plain": 1.3,
+              "ppo us/step": 1.2, "plain ppo us/step": 1.0, "a2c us/step": 1.3,
+              "plain a2c us/step": 1.0}  # fmt: skip
+    acting = {line.name: line.status for line in acting_lines({"results": [result]}, (64, 256))}
+    assert acting == {"acting-ppo-64": "PASS", "acting-a2c-64": "FAIL",
+                      "acting-dqn-64": "MISSING", "acting-ppo-256": "MISSING",
+                      "acting-a2c-256": "MISSING", "acting-dqn-256": "MISSING"}  # fmt: skip
+    reached = {"reached": True, "wall_s_from_launch": 200.0, "frames_at_target": 9_000_000}
+    assert pong_line(reached, 128).status == "PASS"
+    assert pong_line({"reached": False, "frames": 5_000_000}, 128).status == "FAIL"
+    assert pong_line(None, 128).status == "MISSING"
