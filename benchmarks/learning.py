@@ -119,7 +119,7 @@ class EpisodeFiles:
         self.metrics.close()
 
 
-PLAIN_CHECKPOINT_EVERY = {"ppo": 500_000, "a2c": 500_000, "dqn": 250_000}
+PLAIN_CHECKPOINT_EVERY = {"ppo": 500_000, "a2c": 500_000, "dqn": 250_000, "pqn": 500_000}
 """Frames between the plain loops' checkpoints (``plain_checkpoint.pt``: ~10 MB for PPO and A2C;
 DQN's carries its replay, 5.6 GB at 100k transitions, so it is written as often as the
 recipe's, every 250k frames: about every half hour side by side on 2 cores)."""
@@ -140,6 +140,7 @@ def run_plain_atari(
     from reference.atari_actor_critic import plain_a2c, plain_ppo
     from reference.atari_dqn import plain_dqn
     from reference.common import batch_layout
+    from reference.pqn import plain_pqn_atari
 
     torch.set_num_threads(1)
     cfg = atari_config(algo, game, frames, seed, str(run_dir), extra)
@@ -164,7 +165,7 @@ def run_plain_atari(
             print(f"{line}episodes {len(files.returns):5d}  last-100 {mean:7.2f}", flush=True)
 
     try:
-        loop = {"ppo": plain_ppo, "a2c": plain_a2c, "dqn": plain_dqn}[algo]
+        loop = {"ppo": plain_ppo, "a2c": plain_a2c, "dqn": plain_dqn, "pqn": plain_pqn_atari}[algo]
         loop(cfg, iterations, threads=2, on_iteration=on_iteration, checkpoint=checkpoint)
     finally:
         files.close()
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="mode", required=True)
     a = sub.add_parser("atari", help="one Atari learning run (recipe or plain loop)")
-    a.add_argument("algo", choices=["ppo", "a2c", "dqn"])
+    a.add_argument("algo", choices=["ppo", "a2c", "dqn", "pqn"])
     a.add_argument("--impl", choices=["plain", "accelrl"], required=True)
     a.add_argument("--game", default="Breakout")
     a.add_argument("--frames", type=int, default=2_000_000)

@@ -1,5 +1,6 @@
-"""A plain single-file PQN loop for CartPole-v1 (Gallici et al. 2025): the learning reference
-for ``recipes/pqn_atari.py``.
+"""Plain single-file PQN loops (Gallici et al. 2025), for CartPole-v1 (``plain_pqn``) and for
+Atari (``plain_pqn_atari``, on ``reference.atari``'s simulators): the learning references for
+``recipes/pqn_atari.py``.
 
 Written the way a single-file implementation (CleanRL's ``pqn.py``) would be: a gymnasium
 vector env (SameStep autoreset, the final observation of an ended episode in
@@ -17,12 +18,19 @@ one (CartPole's 500-step limit) bootstraps from its final observation; neither c
 lambda trace across the episode's end.
 
     python -m reference cartpole pqn --seed 0
+    python -m benchmarks.learning atari pqn --impl plain --game Breakout --run-dir DIR
+
+The Atari loop takes the recipe's Atari ``Config`` as ``reference.atari``'s loops do (the
+simulators of ``cfg.env``, 32 simulators x 32 steps by default) and a LayerNorm Nature CNN
+(``LayerNormNatureQ``); a lost life ends the lambda trace and the bootstrap, as the recipe's
+``life_loss_boundary``; exploration draws from torch's generator, so a checkpoint (model,
+RAdam, frames, torch's RNG) resumes it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -30,8 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from reference.atari import BatchLog, Checkpoint, Record, setup
 from reference.classic import Episodes, greedy_eval, result, start, step_env
-from reference.common import batch_layout
+from reference.common import batch_layout, orth, require
 
 if TYPE_CHECKING:  # the recipe's config dataclasses, for annotations only
     from accelrl.algos.pqn import PQNConfig
@@ -98,12 +107,14 @@ def pqn_update(
     in ``torch.randperm`` order. Returns the mean loss and gradient norm."""
     for group in opt.param_groups:
         group["lr"] = lr
+    rollout = batch["reward"].shape  # [envs, T]; observations [envs, T, *obs_shape]
     with torch.no_grad():
-        next_q = net(batch["next_obs"]).max(-1).values
+        next_obs = batch["next_obs"]
+        next_q = net(next_obs.reshape(-1, *next_obs.shape[2:])).max(-1).values.view(rollout)
         target = q_lambda(
             batch["reward"], next_q, batch["terminated"], batch["ended"], s.gamma, s.q_lambda
         )
-    obs = batch["obs"].reshape(-1, batch["obs"].shape[-1])
+    obs = batch["obs"].reshape(-1, *batch["obs"].shape[2:])
     action, target = batch["action"].reshape(-1), target.reshape(-1)
     n = target.numel()
     size = n // s.minibatches
@@ -170,3 +181,85 @@ def plain_pqn(cfg: PQNRecipeConfig) -> dict:
         lambda o: net(o).argmax(-1), cfg.log.eval_episodes, cfg.seed, cfg.env.game
     )
     return result(episodes, greedy_return, started)
+
+
+# --- Atari ------------------------------------------------------------------------------------
+
+
+class LayerNormNatureQ(nn.Module):
+    """The Nature CNN (conv 32x8s4, 64x4s2, 64x3s1, 512 units) with a LayerNorm before each ReLU
+    (over a convolution's whole ``[C, H, W]`` output), orthogonal init (gain sqrt 2), then a
+    linear head (gain 1): Q ``[B, A]`` of uint8 frames. Parameters in the order of the recipe's
+    ``QNetwork(..., layer_norm=True)``."""
+
+    def __init__(self, num_actions: int, frame_stack: int = 4, screen_size: int = 84) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        channels, size = frame_stack, screen_size
+        for out, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+            size = (size - kernel) // stride + 1
+            layers += [orth(nn.Conv2d(channels, out, kernel, stride=stride))]
+            layers += [nn.LayerNorm([out, size, size]), nn.ReLU()]
+            channels = out
+        self.trunk = nn.Sequential(
+            *layers, nn.Flatten(), orth(nn.Linear(channels * size * size, 512)),
+            nn.LayerNorm(512), nn.ReLU(),
+        )  # fmt: skip
+        self.head = orth(nn.Linear(512, num_actions), 1.0)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.head(self.trunk(obs.to(self.head.weight.dtype) / 255.0))
+
+
+def plain_pqn_atari(
+    cfg: PQNRecipeConfig,
+    iterations: int | None = None,
+    *,
+    device: str = "cpu",
+    threads: int = 1,
+    on_iteration: Callable[[int, object], None] | None = None,
+    checkpoint: Checkpoint | None = None,
+) -> list[Record]:
+    """PQN with ``cfg``'s settings (``cfg.pqn``, ``cfg.env``) on Atari for ``iterations``
+    batches (default: until ``cfg.total_frames``): every simulator takes T epsilon-greedy steps
+    (epsilon from the frames done before the batch), then ``pqn_update`` at the learning rate
+    annealed by the frames done after it. Returns ``(frames, seconds)`` per batch."""
+    s = cfg.pqn
+    require("pqn", s, life_loss_boundary=True)
+    env, dev, steps, frames, batches = setup(cfg, iterations, checkpoint, threads, device)
+    n = env.num_envs
+    per_iter = n * steps * cfg.env.frameskip
+    net = LayerNormNatureQ(env.num_actions, cfg.env.frame_stack, cfg.env.screen_size).to(dev)
+    opt = torch.optim.RAdam(net.parameters(), lr=s.lr, eps=s.eps)
+    log = BatchLog(env, net, opt, on_iteration, checkpoint)  # restores a resumed checkpoint
+    rollout = (n, steps)
+    obs_buf = torch.zeros((*rollout, *env.obs.shape[1:]), dtype=torch.uint8)
+    next_buf = torch.zeros_like(obs_buf)
+    action = torch.zeros(rollout, dtype=torch.int64)
+    reward, terminated, ended = (torch.zeros(rollout) for _ in range(3))
+    try:
+        for _ in batches:
+            epsilon = epsilon_at(s, frames / cfg.total_frames)
+            for t in range(steps):
+                obs = torch.from_numpy(env.obs)
+                with torch.no_grad():
+                    greedy = net(obs.to(dev)).argmax(-1).cpu()
+                explore = torch.rand(n) < epsilon
+                a = torch.where(explore, torch.randint(env.num_actions, (n,)), greedy)
+                obs_buf[:, t], action[:, t] = obs, a
+                sign, term, end, final, truncated = env.step(a.numpy())
+                next_buf[:, t] = torch.from_numpy(env.obs)
+                if final is not None:  # a truncated episode bootstraps from its last frame
+                    next_buf[torch.from_numpy(truncated), t] = torch.from_numpy(final)
+                reward[:, t] = torch.from_numpy(sign).float()
+                terminated[:, t] = torch.from_numpy(term).float()
+                ended[:, t] = torch.from_numpy(end).float()
+            frames += per_iter
+            lr = s.lr * (max(0.0, 1.0 - frames / cfg.total_frames) if s.anneal_lr else 1.0)
+            batch = dict(obs=obs_buf, action=action, reward=reward, next_obs=next_buf,
+                         terminated=terminated, ended=ended)  # fmt: skip
+            pqn_update(net, opt, {k: v.to(dev) for k, v in batch.items()}, s, lr)
+            log.done(frames)
+    finally:
+        env.close()
+    return log.records

@@ -242,3 +242,39 @@ def test_pqn_learns_cartpole_as_the_plain_loop_does(tmp_path, capsys):
     print(f"plain pqn seed 0: last-100 {reference['last100']:.1f}")
     assert summary["mean_return_100"] >= 200, summary
     assert reference["last100"] >= 200, reference["last100"]
+
+
+@pytest.mark.numerics
+def test_the_plain_atari_loops_network_is_the_recipes():
+    """``reference.pqn.LayerNormNatureQ`` computes the recipe's Atari Q-network (Nature CNN with
+    a LayerNorm before every ReLU): with the recipe's weights, the same Q-values in float64."""
+    spec = {"obs_key": "pixels", "obs_shape": (4, 84, 84), "num_actions": 4}
+    cfg = PQNRunConfig()
+    torch.manual_seed(0)
+    with float64():
+        agent = ALGORITHM.make_agent(cfg, spec, torch.device("cpu"))
+        net = plain.LayerNormNatureQ(4)
+    with torch.no_grad():
+        for mine, theirs in zip(agent.q_network.parameters(), net.parameters(), strict=True):
+            assert mine.shape == theirs.shape
+            theirs.copy_(mine)
+    frames = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    torch.testing.assert_close(net(frames), agent.q_network(frames), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_the_plain_atari_loop_runs_batches_and_resumes_from_its_checkpoint(tmp_path):
+    """``plain_pqn_atari`` on Breakout's simulators: two batches, a checkpoint, then the third
+    batch resumed from it (its frames go on from the checkpoint's)."""
+    from benchmarks.learning import atari_config
+    from reference.atari import Checkpoint
+
+    flags = ["--env.num-envs", "4", "--collector.steps-per-batch", "32", "--pqn.minibatches", "2"]
+    cfg = atari_config("pqn", "Breakout", 2_000, seed=0, extra=flags)
+    path = tmp_path / "plain.pt"
+    records = plain.plain_pqn_atari(cfg, 2, checkpoint=Checkpoint(path, 1, str(cfg), False))
+    assert [f for f, _ in records] == [128, 256]  # 4 envs x 8 steps x frameskip 4
+    saved = torch.load(path, weights_only=True)
+    resumed = plain.plain_pqn_atari(cfg, 3, checkpoint=Checkpoint(path, 1, str(cfg), True))
+    assert [f for f, _ in resumed] == [384]
+    assert saved["frames"] == 256 and torch.load(path, weights_only=True)["frames"] == 384
