@@ -55,6 +55,15 @@ from benchmarks.common import cpu_name
 
 FRAMESKIP = 4
 
+# The protocol every library plays by in a time-to-score run (``--protocol peers``, the
+# default): what the peers' Atari settings do, which the recipe's own defaults do not (sticky
+# actions 0.25, no FIRE after a lost life). The rest is the same in all already: the minimal
+# action set, up to 30 no-op starts, FIRE at a reset, a lost life ending bootstrapping (an
+# episode end inside the peers' envs, ``life_loss_boundary`` in the recipes), rewards clipped to
+# their sign for learning, and the score counted over whole games (docs/results/speed.md#the-
+# time-to-score-protocol).
+PROTOCOL_FLAGS = ["--env.sticky-actions", "0", "--env.fire-on-life-loss"]
+
 
 def reach(
     args: argparse.Namespace,
@@ -159,7 +168,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--frames", type=int, default=10_000_000, help="--peer: its length in emulator frames"
     )
-    p.add_argument("extra", nargs="*", help="recipe flags (after --)")
+    p.add_argument(
+        "--protocol",
+        choices=["peers", "own"],
+        default="peers",
+        help="peers: the recipe plays by the peers' Atari settings (no sticky actions, FIRE "
+        "after a lost life; PROTOCOL_FLAGS); own: the recipe's defaults",
+    )
+    p.add_argument("extra", nargs="*", help="recipe flags (after --; they come last and win)")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     if args.peer:
@@ -185,6 +201,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         str(10**12),
         "--seed",
         str(args.seed),
+        *(PROTOCOL_FLAGS if args.protocol == "peers" else []),
         *args.extra,
     ]
     print("launch:", " ".join(cmd), flush=True)
@@ -250,6 +267,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "frames": int(float(last.get("frames", 0) or 0)),
         "fps_logged": float(last.get("perf/fps", "nan") or "nan"),
         "recipe_returncode": proc.returncode,
+        "protocol": args.protocol,
         "command": cmd,
     }
     for name in ("metrics.csv", "episodes.csv", "config.json"):

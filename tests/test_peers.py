@@ -386,6 +386,15 @@ def test_time_to_score_writes_the_recipes_curve_from_whole_rows(tmp_path):
     )  # fmt: skip
     assert result["reached"] and result["frames_at_target"] == 4 * 1024  # (12.25 + 9) / 2
     assert result["seed"] == 7 and "--seed 7" in argv_file.read_text()
+    # The peers' protocol by default: the recipe plays without sticky actions, FIRE after a
+    # lost life (flags its own parser takes).
+    assert " ".join(time_to_score.PROTOCOL_FLAGS) in argv_file.read_text()
+    assert result["protocol"] == "peers"
+    from accelrl.algos.catalog import algorithm
+    from accelrl.cli import parse_flags
+
+    cfg = parse_flags(algorithm("ppo").config, time_to_score.PROTOCOL_FLAGS)
+    assert cfg.env.sticky_actions == 0 and cfg.env.fire_on_life_loss
     assert result["host"] == cpu_name() and result["commit"] == code_version()["commit"]
     with open(out / "curve.csv", newline="") as f:
         rows = list(csv.DictReader(f))
