@@ -26,6 +26,9 @@ FRAMESKIP = 4  # every peer's Atari setting, and the recipe's default
 DEFAULT_CACHE = Path.home() / ".cache" / "accelrl-peers"
 WRAPPERS = Path(__file__).parent / "peer_wrappers"
 CLEANRL_SCRIPT = "ppo_atari_envpool.py"
+# CleanRL's scripts the cleanrl peer runs, by algorithm (time_to_score --peer cleanrl --algo):
+# PPO's, and PQN's when setup found it next to PPO's (a checkout has both).
+CLEANRL_SCRIPTS = {"ppo": CLEANRL_SCRIPT, "pqn": "pqn_atari_envpool.py"}
 # The CPU build where pip finds one (a local wheel folder, or PyTorch's CPU index passed with
 # --pip-arg); 2.13.0 is the newest CPU wheel this project's machines keep.
 TORCH = "torch==2.13.0"
@@ -182,14 +185,31 @@ def setup(
         shutil.copyfile(source, home / CLEANRL_SCRIPT)
         record["script_source"] = str(source.resolve())
         record["script_sha256"] = hashlib.sha256(source.read_bytes()).hexdigest()
+        pqn = source.parent / CLEANRL_SCRIPTS["pqn"]
+        if pqn.is_file():  # as shipped next to PPO's: --peer cleanrl --algo pqn
+            shutil.copyfile(pqn, home / pqn.name)
+            record["pqn_script_source"] = str(pqn.resolve())
+            record["pqn_script_sha256"] = hashlib.sha256(pqn.read_bytes()).hexdigest()
     (home / "peer.json").write_text(json.dumps(record, indent=2) + "\n")
     return record
 
 
-def command(name: str, cache: Path, args: list[str]) -> list[str]:
-    """The peer's wrapped command line: its venv's Python, the marking wrapper, ``args``."""
+def command(name: str, cache: Path, args: list[str], algo: str = "ppo") -> list[str]:
+    """The peer's wrapped command line: its venv's Python, the marking wrapper, ``args``;
+    ``algo``: which of CleanRL's scripts (``CLEANRL_SCRIPTS``; the other peers run PPO)."""
+    scripts = CLEANRL_SCRIPTS if name == "cleanrl" else {"ppo": None}
+    if algo not in scripts:
+        raise PeerError(f"--algo {algo} with --peer {name}: it runs {', '.join(scripts)} here")
     python = venv_python(name, cache)
-    script = [str(cache / name / CLEANRL_SCRIPT)] if name == "cleanrl" else []
+    script = []
+    if name == "cleanrl":
+        path = cache / name / CLEANRL_SCRIPTS[algo]
+        if not path.is_file():
+            raise PeerError(
+                f"no {path.name} in {path.parent}: run `{setup_command(name, cache)}` with a "
+                "checkout of github.com/vwxyzjn/cleanrl, which has it next to PPO's"
+            )
+        script = [str(path)]
     return [str(python), str(WRAPPERS / peer(name).wrapper), *script, *args]
 
 

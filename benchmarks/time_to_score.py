@@ -155,7 +155,11 @@ def last_metrics(metrics: str) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="time_to_score", help="folder for the results")
-    p.add_argument("--algo", default="ppo", help="recipe: ppo, a2c, appo, dqn")
+    p.add_argument(
+        "--algo",
+        default="ppo",
+        help="recipe: ppo, a2c, appo, dqn, pqn; with --peer cleanrl: ppo or pqn (its script)",
+    )
     p.add_argument("--game", default="Pong")
     p.add_argument("--target", type=float, default=18.0)
     p.add_argument("--window", type=int, default=100, help="episodes in the running mean")
@@ -314,7 +318,7 @@ def peer_main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict
         peer_args = peer_libs.default_args(
             args.peer, args.game, args.frames, work_dir, seed=args.seed, device=device
         )
-        cmd = peer_libs.command(args.peer, cache, peer_args)
+        cmd = peer_libs.command(args.peer, cache, peer_args, algo=args.algo)
     except peer_libs.PeerError as err:
         shutil.rmtree(work_dir)
         parser.error(str(err))

@@ -332,8 +332,8 @@ def test_time_to_score_writes_a_peers_curve_and_stops_it_at_the_target(tmp_path,
     fake = FAKE_LEARNER.format(episode=EPISODE, mark=MARK)
     seen = {}
 
-    def fake_command(name, cache, args):
-        seen["args"] = args
+    def fake_command(name, cache, args, algo="ppo"):
+        seen["args"], seen["algo"] = args, algo
         return [sys.executable, "-c", fake]
 
     monkeypatch.setattr(peer_libs, "command", fake_command)
@@ -349,8 +349,41 @@ def test_time_to_score_writes_a_peers_curve_and_stops_it_at_the_target(tmp_path,
     rows = (out / "curve.csv").read_text().splitlines()
     assert rows[0] == "wall_s,frames,return" and len(rows) == 7
     assert rows[1].split(",")[1:] == ["1024", "1.0"]
-    assert "--env-id=Breakout-v5" in seen["args"]
+    assert "--env-id=Breakout-v5" in seen["args"] and seen["algo"] == "ppo"
     assert json.loads((out / "time_to_score.json").read_text()) == result
+    # --algo pqn: CleanRL's PQN script, with the same arguments
+    time_to_score.main([*argv, "--algo", "pqn", "--budget-s", "120", "--out", str(tmp_path / "q")])
+    assert seen["algo"] == "pqn" and "--env-id=Breakout-v5" in seen["args"]
+
+
+def test_cleanrl_runs_its_pqn_script_when_setup_copied_it(tmp_path, monkeypatch):
+    """``setup cleanrl`` copies PQN's script from beside PPO's (a checkout has both) and
+    ``--algo pqn`` runs it; without it, or with a peer that has no PQN, one line says why."""
+    checkout = tmp_path / "checkout" / "cleanrl"
+    checkout.mkdir(parents=True)
+    (checkout / "ppo_atari_envpool.py").write_text("# ppo")
+    cache = tmp_path / "cache"
+
+    def fake_run(cmd, *args, **kwargs):  # the venv and pip: made, installed
+        python = Path(cmd[-1]) / "bin" / "python"
+        if cmd[1:3] == ["-m", "venv"] and not python.exists():
+            python.parent.mkdir(parents=True)
+            python.symlink_to(sys.executable)
+        return subprocess.CompletedProcess(cmd, 0, stdout="torch 2.13.0", stderr="")
+
+    monkeypatch.setattr(peer_libs.subprocess, "run", fake_run)
+    record = peer_libs.setup("cleanrl", cache, cleanrl_script=checkout.parent)
+    assert "pqn_script_source" not in record
+    with pytest.raises(PeerError, match="no pqn_atari_envpool.py in .* with a checkout"):
+        peer_libs.command("cleanrl", cache, ["--seed=1"], algo="pqn")
+    (checkout / "pqn_atari_envpool.py").write_text("# pqn")
+    record = peer_libs.setup("cleanrl", cache, cleanrl_script=checkout.parent)
+    assert record["pqn_script_source"] == str(checkout / "pqn_atari_envpool.py")
+    cmd = peer_libs.command("cleanrl", cache, ["--seed=1"], algo="pqn")
+    assert cmd[2:] == [str(cache / "cleanrl" / "pqn_atari_envpool.py"), "--seed=1"]
+    assert cmd[2] != peer_libs.command("cleanrl", cache, [])[2]  # PPO's by default
+    with pytest.raises(PeerError, match="--algo pqn with --peer sb3: it runs ppo here"):
+        peer_libs.command("sb3", cache, [], algo="pqn")
 
 
 FAKE_RECIPE = """#!{python}

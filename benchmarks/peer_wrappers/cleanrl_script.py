@@ -1,8 +1,8 @@
-"""Runs CleanRL's ``ppo_atari_envpool.py`` as shipped, in the peer's venv, and notes
-``time.perf_counter()`` at the end of every PPO update (its ``charts/SPS`` scalar, written once
-per iteration after the update) and of every game (its ``charts/episodic_return``), on stderr,
-for ``benchmarks.peers``. Nothing in the script is edited: TensorBoard's ``add_scalar`` is
-wrapped before it starts.
+"""Runs CleanRL's ``ppo_atari_envpool.py`` (or ``pqn_atari_envpool.py``, which writes the same
+scalars) as shipped, in the peer's venv, and notes ``time.perf_counter()`` at the end of every
+update (its ``charts/SPS`` scalar, written once per iteration after the update) and of every
+game (its ``charts/episodic_return``), on stderr, for ``benchmarks.peers``. Nothing in the
+script is edited: TensorBoard's ``add_scalar`` is wrapped before it starts.
 
     python cleanrl_script.py PATH/ppo_atari_envpool.py SCRIPT_ARGS...
 """
