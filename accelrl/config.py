@@ -95,7 +95,8 @@ class CollectorConfig:
     (MultiAsyncCollector; needs num_workers >= 1; batches lag the learner by up to
     max_policy_lag updates). batched: every simulator in its own slot of num_workers processes,
     one inference server in the learner process batches their requests (TorchRL's
-    AsyncBatchedCollector, the paper's action server)."""
+    AsyncBatchedCollector, the paper's action server); measured the slowest kind on CPUs and
+    on a GPU, so not a recommended layout (docs/performance.md#sampling-modes)."""
     num_workers: int = 0
     """0 collects in the learner process; N >= 1 runs N worker processes, each with its own
     num_envs simulators (sync, async: and its own policy copy)."""
