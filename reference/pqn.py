@@ -215,10 +215,10 @@ def plain_pqn_atari(
     cfg: PQNRecipeConfig,
     iterations: int | None = None,
     *,
+    checkpoint: Checkpoint | None = None,
+    on_iteration: Callable[[int, object], None] | None = None,
     device: str = "cpu",
     threads: int = 1,
-    on_iteration: Callable[[int, object], None] | None = None,
-    checkpoint: Checkpoint | None = None,
 ) -> list[Record]:
     """PQN with ``cfg``'s settings (``cfg.pqn``, ``cfg.env``) on Atari for ``iterations``
     batches (default: until ``cfg.total_frames``): every simulator takes T epsilon-greedy steps

@@ -232,10 +232,10 @@ class Race:
     algorithm: str
     setting: str
     game: str
-    seeds: int
-    of_seeds: int
-    reached: int
-    """Seeds on which the setting reached the yardstick's final score."""
+    """A game, or ``all``: the seeds that finished every game, all games together."""
+    counts: tuple[int, int, int]
+    """Seeds: whose runs of the setting and the yardstick both finished; of the grid, both
+    have; on which the setting reached the yardstick's final score."""
     final: tuple[float, float, float]
     """The setting's final score (mean over seeds, interval)."""
     yardstick_final: tuple[float, float, float]
@@ -247,6 +247,18 @@ class Race:
     """(the setting's, the yardstick's) minutes to the yardstick's final score, medians."""
     ratio: tuple[float, float, float]
     """The setting's minutes over the yardstick's: median over seeds, interval."""
+
+    @property
+    def seeds(self) -> int:
+        return self.counts[0]
+
+    @property
+    def of_seeds(self) -> int:
+        return self.counts[1]
+
+    @property
+    def reached(self) -> int:
+        return self.counts[2]
 
 
 def _median_interval(
@@ -323,7 +335,7 @@ def _race(algo, setting, game, per_game, of_seeds, reps, rng) -> Race:
     n = min(len(cells) for cells in per_game)
     nan2, nan3 = (math.nan, math.nan), (math.nan, math.nan, math.nan)
     if n == 0:
-        return Race(algo, setting, game, 0, of_seeds, 0, nan3, nan3, math.nan, nan2, nan2, nan3)
+        return Race(algo, setting, game, (0, of_seeds, 0), nan3, nan3, math.nan, nan2, nan2, nan3)
 
     def matrix(key: str) -> np.ndarray:  # [seeds, games]
         return np.array([[c[key] for c in cells] for cells in per_game]).T
@@ -332,8 +344,7 @@ def _race(algo, setting, game, per_game, of_seeds, reps, rng) -> Race:
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(np.isinf(mine), math.inf, mine / theirs)
     return Race(
-        algo, setting, game, n, of_seeds,
-        reached=int(np.isfinite(mine).sum()),
+        algo, setting, game, (n, of_seeds, int(np.isfinite(mine).sum())),
         final=bootstrap_interval(matrix("final"), _mean, reps, rng),
         yardstick_final=bootstrap_interval(matrix("yardstick_final"), _mean, reps, rng),
         equal_minutes=float(matrix("equal_minutes").mean()),
