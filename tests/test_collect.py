@@ -481,8 +481,9 @@ def test_lean_collector_keeps_batches_that_are_held_and_reuses_dropped_ones():
         collector.shutdown()
 
 
-def test_lean_collector_leaves_what_it_cannot_write_to_torchrl():
-    """A recurrent policy's env (transforms) and a compiled policy keep TorchRL's rollout."""
+def test_lean_collector_leaves_what_it_cannot_write_to_torchrl(caplog):
+    """A recurrent policy's env (transforms) and a collector with an end keep TorchRL's
+    rollout, and the log line names which rollout runs and why."""
     from accelrl.collectors import LeanCollector
     from accelrl.envs import make_env, with_state
 
@@ -492,16 +493,34 @@ def test_lean_collector_leaves_what_it_cannot_write_to_torchrl():
     wrapped = with_state(env, state.select("score"))
     collector = LeanCollector(wrapped, policy, frames_per_batch=4, total_frames=-1)
     assert not collector.lean
+    assert collector.rollout_line() == (
+        "collection: TorchRL's rollout (the env has transforms or is not accelrl's)"
+    )
     collector.shutdown()
     collector = LeanCollector(
         make_env(EnvConfig(game="Null/CartPole", num_envs=2), seed=0),
         policy,
         frames_per_batch=4,
         total_frames=8,
+        track_traj_ids=False,
     )
     assert not collector.lean, "a collector with an end keeps TorchRL's frame counting"
-    assert [b.batch_size for b in collector] == [(2, 2), (2, 2)]
+    with caplog.at_level("INFO", logger="accelrl"):
+        assert [b.batch_size for b in collector] == [(2, 2), (2, 2)]
+    assert "collection: TorchRL's rollout (a collector with an end)" in caplog.text
     collector.shutdown()
+    lean = LeanCollector(
+        make_env(EnvConfig(game="Null/CartPole", num_envs=2), seed=0),
+        policy,
+        frames_per_batch=4,
+        total_frames=-1,
+        track_traj_ids=False,
+    )
+    with caplog.at_level("INFO", logger="accelrl"):
+        next(iter(lean))
+    line = "collection: the lean rollout (policy on cpu, batches on cpu; the policy runs its"
+    assert f"{line} network directly)" in caplog.text
+    lean.shutdown()
 
 
 def test_final_observations_of_ended_rows_as_ale_py_gives_them():

@@ -13,6 +13,7 @@ the policy's outputs go there too, and batches reuse memory nobody holds any mor
 
 from __future__ import annotations
 
+import logging
 import sys
 import weakref
 from collections.abc import Iterator
@@ -34,6 +35,8 @@ from accelrl.compat import (
 from accelrl.envs.vector import SameStepVectorEnv
 from accelrl.models import DirectTensorDictModule
 from accelrl.precision import full
+
+log = logging.getLogger("accelrl")
 
 
 class _BatchMemory:
@@ -133,33 +136,59 @@ class LeanCollector(Collector):
         # (None here: on the CPU, nothing moves).
         self._policy_on = self.policy_device if self.policy_device not in (None, cpu) else None
         self._store_on = self.storing_device if self.storing_device not in (None, cpu) else None
-        self.lean = (
-            isinstance(self.env, SameStepVectorEnv)
-            and self.env.rows == self.env.num_envs
-            and not (self.compiled_policy or self.cudagraphed_policy)
-            and self.replay_buffer is None
-            and not (self.split_trajs or self.track_traj_ids or self.reset_at_each_iter)
-            and self.postproc is None
-            and self.pre_collect_hook is None
-            and self.post_collect_hook is None
-            and self.init_random_frames in (0, None)
-            and self.total_frames == float("inf")
-            and self.env_device in (None, cpu)
-            and all(
-                device is None or device.type in ("cpu", "cuda")
-                for device in (self.policy_device, self.storing_device)
-            )
-            and self.env.device == cpu
-            and not collector_truncates_batches(self)
+        # Why TorchRL's rollout runs instead (None: the lean one can), the first that holds.
+        self.why_torchrl = next(
+            (reason for holds, reason in self._torchrl_cases(cpu) if holds), None
         )
+        self.lean = self.why_torchrl is None
+
+    def _torchrl_cases(self, cpu: torch.device) -> Iterator[tuple[bool, str]]:
+        """(holds, reason) for each case the lean rollout leaves to TorchRL's."""
+        env = self.env
+        yield not isinstance(env, SameStepVectorEnv), "the env has transforms or is not accelrl's"
+        yield env.rows != env.num_envs, "ale-py's async mode (rows change simulator)"
+        yield bool(self.compiled_policy or self.cudagraphed_policy), "a compiled policy"
+        yield self.replay_buffer is not None, "TorchRL's replay buffer"
+        yield (
+            bool(self.split_trajs or self.track_traj_ids or self.reset_at_each_iter),
+            ("trajectory ids, split trajectories or resets at each batch"),
+        )
+        hooks = (self.postproc, self.pre_collect_hook, self.post_collect_hook)
+        yield any(h is not None for h in hooks), "post-processing or collection hooks"
+        yield self.init_random_frames not in (0, None), "random frames first"
+        yield self.total_frames != float("inf"), "a collector with an end"
+        yield self.env_device not in (None, cpu) or env.device != cpu, "an env off the CPU"
+        yield (
+            any(
+                device is not None and device.type not in ("cpu", "cuda")
+                for device in (self.policy_device, self.storing_device)
+            ),
+            "a policy or batches on a device other than the CPU or a GPU",
+        )
+        yield collector_truncates_batches(self), "TorchRL marks every batch's last step truncated"
+
+    def rollout_line(self) -> str:
+        """One line: which rollout collects and why (logged once a run's collector starts)."""
+        if not self.lean:
+            return f"collection: TorchRL's rollout ({self.why_torchrl})"
+        where = f"policy on {self._policy_on or 'cpu'}, batches on {self._store_on or 'cpu'}"
+        direct, lean_outputs = getattr(self, "_direct", False), getattr(self, "_lean_outputs", None)
+        acts = "its network directly" if direct else "its own tensor path"
+        if not (direct or lean_outputs is not None):
+            acts = "its TensorDict module"
+        return f"collection: the lean rollout ({where}; the policy runs {acts})"
 
     def iterator(self) -> Iterator[TensorDictBase]:
         """TorchRL's batches; after the first, lean ones ``[rows, T]`` where that is exact."""
         if not self.lean:
+            log.info(self.rollout_line())
             yield from super().iterator()
             return
         first = super().rollout().clone()  # TorchRL's first batch, as its iterator yields it
         self.lean = self._plan(first, collector_carrier(self))
+        if not self.lean:
+            self.why_torchrl = "its first batch holds keys besides the env's and the policy's"
+        log.info(self.rollout_line())
         yield first
         if not self.lean:
             yield from super().iterator()
