@@ -81,10 +81,15 @@ class MaskedPrioritizedSampler(PrioritizedSampler):
         ``torch.pow`` over as many elements) without its per-call tensor checks, which cost
         more than the rest of a replay write of a CartPole-sized batch."""
         eps, (top, _) = priority_state(self)
-        raw = torch.full(slots.shape, float(priority), dtype=torch.float64)
-        if top is None or raw[0] > top:
-            set_max_priority(self, raw[0].clone(), torch.tensor(int(slots[0])))
-        value = torch.pow(raw + eps, self.alpha).numpy()  # torch's pow, as TorchRL's values
+        raw = float(priority)
+        if top is None or raw > float(top):
+            top_raw = torch.tensor(raw, dtype=torch.float64)
+            set_max_priority(self, top_raw, torch.tensor(int(slots[0])))
+        if self.alpha == 0:
+            value: float | np.ndarray = 1.0  # (p + eps) ** 0 is exactly 1 (uniform sampling)
+        else:  # torch's pow over the slots, as TorchRL computes the values
+            full = torch.full(slots.shape, raw, dtype=torch.float64)
+            value = torch.pow(full + eps, self.alpha).numpy()
         sum_tree, min_tree = segment_trees(self)
         sum_tree[slots] = value
         min_tree[slots] = value
