@@ -131,6 +131,7 @@ class LeanCollector(Collector):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._batch_memory: list[_BatchMemory] = []
+        self._direct, self._lean_outputs = False, None  # how the policy acts: ``_plan`` decides
         cpu = torch.device("cpu")
         # A policy or batches on a GPU: the lean rollout acts there and writes in host memory
         # (None here: on the CPU, nothing moves).
@@ -172,9 +173,8 @@ class LeanCollector(Collector):
         if not self.lean:
             return f"collection: TorchRL's rollout ({self.why_torchrl})"
         where = f"policy on {self._policy_on or 'cpu'}, batches on {self._store_on or 'cpu'}"
-        direct, lean_outputs = getattr(self, "_direct", False), getattr(self, "_lean_outputs", None)
-        acts = "its network directly" if direct else "its own tensor path"
-        if not (direct or lean_outputs is not None):
+        acts = "its network directly" if self._direct else "its own tensor path"
+        if not (self._direct or self._lean_outputs is not None):
             acts = "its TensorDict module"
         return f"collection: the lean rollout ({where}; the policy runs {acts})"
 
