@@ -37,8 +37,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
+from accelrl import optim
 from accelrl.algos.dqn import DQN, PRESETS, DQNConfig
 from accelrl.models import QNetwork
 from accelrl.replay.memory import FrameReplay
@@ -185,18 +186,18 @@ class RecipeSide:
         if lap is not None:
             lap("priority update")
 
-    def _update_in_phases(self, sample: TensorDict, lap: Callable[[str], None]) -> torch.Tensor:
+    def _update_in_phases(self, sample: TensorDictBase, lap: Callable[[str], None]) -> torch.Tensor:
         dqn = self.dqn
         lap("sample")
-        loss, priority = dqn.objective(sample)
+        loss, priority, backward = dqn.terms(sample)  # backward None: autograd's
         lap("forward and loss")
-        dqn.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        optim.zero_grad(dqn.optimizer)
+        (backward or loss.backward)()
         lap("backward")
-        norm = torch.nn.utils.clip_grad_norm_(dqn.params, dqn.cfg.max_grad_norm)
+        norm = optim.clip_grad_norm(dqn.params, dqn.cfg.max_grad_norm)
         if not np.isfinite((norm + loss.detach()).item()):
             raise FloatingPointError("non-finite loss or gradient in the benchmark")
-        dqn.optimizer.step()
+        optim.step(dqn.optimizer)
         lap("clip and optimizer step")
         dqn.target.step()
         lap("target update")

@@ -329,16 +329,16 @@ def test_prioritized_run_survives_skipped_nonfinite_steps(tmp_path, monkeypatch)
     from recipes.dqn_atari import Config, train
 
     calls = {"n": 0}
-    real = DQN.objective
+    real = DQN.terms
 
     def poisoned(self, sample):
-        loss, priority = real(self, sample)
+        loss, priority, backward = real(self, sample)
         calls["n"] += 1
         if 5 <= calls["n"] < 8:
-            return loss * float("nan"), priority * float("nan")
-        return loss, priority
+            return loss * float("nan"), priority * float("nan"), backward
+        return loss, priority, backward
 
-    monkeypatch.setattr(DQN, "objective", poisoned)
+    monkeypatch.setattr(DQN, "terms", poisoned)
     cfg = Config(total_frames=1024, run_dir=str(tmp_path), on_nonfinite="skip")
     cfg.env.game, cfg.env.num_envs = "CartPole-v1", 4
     cfg.collector.steps_per_batch = 64
@@ -400,3 +400,78 @@ def test_direct_losses_match_torchrl_losses_through_target_copies_and_loading(ki
         list(restored.target_network.parameters()), list(target_network(dqn).parameters())
     )
     both(restored)
+
+
+# ----- the gradient without autograd (accelrl.algos.direct_grad) -------------------------------
+
+CHAINS = {
+    "mlp": ((OBS,), dict(mlp_hidden=(16, 16))),
+    "minatar-cnn": ((4, 10, 10), {}),
+    "nature-cnn": ((4, 84, 84), {}),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize("net", list(CHAINS))
+def test_chain_gradient_equals_autograds(net, dtype):
+    """``ChainGradient`` gives the Q-network's own forward values and autograd's gradients of
+    a loss through them, for the MLP and both CNNs: bit for bit, since it runs the kernels
+    autograd runs (the same call on the same tensors in one process), in float32 too."""
+    from accelrl.algos.direct_grad import ChainGradient
+
+    shape, kwargs = CHAINS[net]
+    torch.manual_seed(0)
+    q_net = QNetwork(shape, ACTIONS, **kwargs).to(dtype)
+    chain = ChainGradient.of(q_net)
+    assert chain is not None
+    gen = torch.Generator().manual_seed(2)
+    if len(shape) == 1:
+        obs = torch.randn(B, *shape, generator=gen, dtype=dtype)
+    else:  # frames or grids: uint8, scaled into the first convolution
+        obs = torch.randint(0, 256, (B, *shape), generator=gen, dtype=torch.uint8)
+    upstream = torch.randn(B, ACTIONS, generator=gen, dtype=dtype)
+    (q_net(obs) * upstream).sum().backward()
+    expected = grads(list(q_net.parameters()))
+    q_net.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        values, saved = chain.forward(obs)
+        chain.backward(upstream, saved)
+    assert torch.equal(values, q_net(obs).detach())
+    for got, want in zip(grads(list(q_net.parameters())), expected, strict=True):
+        assert torch.equal(got, want)
+
+
+def test_chain_gradient_declines_networks_that_are_not_chains():
+    """Dueling heads, C51's atoms and LayerNorm keep autograd (``of`` gives None), and so
+    does a learner on C51 or with a compiled loss."""
+    from accelrl.algos.direct_grad import ChainGradient
+
+    assert ChainGradient.of(QNetwork((OBS,), ACTIONS)) is not None
+    assert ChainGradient.of(QNetwork((OBS,), ACTIONS, dueling=True)) is None
+    assert ChainGradient.of(QNetwork((OBS,), ACTIONS, atoms=5)) is None
+    assert ChainGradient.of(QNetwork((4, 10, 10), ACTIONS, layer_norm=True)) is None
+    assert ChainGradient.of(torch.nn.Linear(OBS, ACTIONS)) is None
+    assert make_dqn()._chain is not None
+    assert make_dqn(**C51)._chain is None
+    assert make_dqn(dueling=True)._chain is None
+
+
+@pytest.mark.parametrize("double", [False, True], ids=["dqn", "double"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["uniform", "is-weights"])
+def test_update_without_autograd_equals_the_autograd_update(double, weighted):
+    """``DQN.update`` on the gradient written without autograd takes the steps the autograd
+    update takes (loss, gradient, Adam, priorities), through a target copy, on n-step samples
+    with terminations, truncations and importance weights."""
+    runs = []
+    for direct in (True, False):
+        dqn = make_dqn(double=double, prioritized=weighted, target_update_interval=2, lr=1e-2)
+        assert dqn._chain is not None
+        if not direct:
+            dqn._chain = None  # the objective through autograd, as before
+        desync_target(dqn)
+        priorities = [dqn.update(fixed_batch(weight=weighted)) for _ in range(3)]
+        runs.append((list(network(dqn).parameters()), priorities, dqn.metrics()))
+    (params, priorities, metrics), (want_params, want_priorities, want_metrics) = runs
+    torch.testing.assert_close(params, want_params, **TIGHT)
+    torch.testing.assert_close(priorities, want_priorities, **TIGHT)
+    assert metrics == pytest.approx(want_metrics, rel=1e-12)

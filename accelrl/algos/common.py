@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -11,7 +12,7 @@ from tensordict.nn import TensorDictModuleBase
 from torchrl.modules import ActorValueOperator, set_recurrent_mode
 from torchrl.objectives.value import GAE
 
-from accelrl import distributed
+from accelrl import distributed, optim
 from accelrl.distributed import average_gradients
 from accelrl.errors import RunFailure
 from accelrl.models import GreedyActorCritic, acting_policy, recurrent_core
@@ -122,8 +123,13 @@ def gradient_step(
     max_grad_norm: float,
     guard: NonFiniteGuard,
     scaler: torch.amp.GradScaler | None = None,
+    backward: Callable[[], None] | None = None,
 ) -> torch.Tensor:
     """Backward, clip the global grad norm to ``max_grad_norm``, step; returns the norm before.
+
+    ``backward``, when given, writes the parameters' gradients in place of ``loss.backward()``
+    (a learner that computes them without autograd: ``accelrl.algos.direct_grad``; fp32, no
+    ``scaler``).
 
     A NaN/Inf loss or gradient norm is caught here, at the step where it appears, before the
     optimizer touches the weights (see ``NonFiniteGuard``). With fp16's ``scaler``
@@ -131,13 +137,16 @@ def gradient_step(
     clipping; a step whose gradients overflow the scale is the scaler's to skip (it lowers the
     scale), and only a non-finite loss goes to the guard.
     """
-    optimizer.zero_grad(set_to_none=True)
+    optim.zero_grad(optimizer)
     if scaler is not None:
+        if backward is not None:
+            raise ValueError("a gradient written without autograd cannot be loss-scaled")
         return _scaled_step(optimizer, loss, parameters, max_grad_norm, guard, scaler)
+    backward = backward or loss.backward
     if distributed.active():
         finite = bool(torch.isfinite(loss.detach()).all())
         if finite:
-            loss.backward()
+            backward()
         # Data-parallel runs: every rank steps with the gradient of the global batch, and a
         # non-finite loss on any rank makes every rank skip (or stop at) this same step.
         if average_gradients(parameters, local_nonfinite=not finite):
@@ -147,8 +156,9 @@ def gradient_step(
     else:
         # One process: loss and gradient norm are checked together below, one wait for the
         # device per step instead of two (backward of a NaN loss only fills the gradients).
-        loss.backward()
-    norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+        backward()
+    # PyTorch's clipping and optimizer step, as their kernel calls (``accelrl.optim``)
+    norm = optim.clip_grad_norm(parameters, max_grad_norm)
     # One operation and one read: the sum is non-finite when either is (or when both are
     # finite but overflow together: told apart below). Cheaper than the elementwise isfinite
     # / & / all / bool chain on a CPU (docs/development-notes.md#pytorch-and-the-platform).
@@ -160,7 +170,7 @@ def gradient_step(
             return _nonfinite(guard, optimizer, _nonfinite_loss(loss))
         if not math.isfinite(float(norm)):
             return _nonfinite(guard, optimizer, f"gradient norm is {float(norm)} (non-finite)")
-    optimizer.step()
+    optim.step(optimizer)
     return norm
 
 

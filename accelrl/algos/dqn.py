@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,6 +36,7 @@ from torchrl.objectives import DistributionalDQNLoss, DQNLoss, HardUpdate, SoftU
 from torchrl.objectives.utils import ValueEstimators
 
 from accelrl.algos.common import NonFiniteGuard, gradient_step
+from accelrl.algos.direct_grad import ChainGradient
 from accelrl.compat import dqn_target_params, hard_update_now, qvalue_actor_modules
 from accelrl.errors import ConfigError, check_positive
 from accelrl.models import DirectTensorDictModule, GreedyQ, QNetwork
@@ -500,6 +501,13 @@ class DQN:
         # --compile.loss: the loss terms (online and target networks, targets) as one
         # torch.compile graph; backward, optimizer step and target updates stay eager.
         self._loss = torch.compile(terms) if compile_loss else terms
+        # An fp32 expected-value update on a CPU whose Q-network is a chain of Linear, Conv2d,
+        # ReLU and Flatten layers computes its gradient layer by layer without autograd's
+        # graph (``accelrl.algos.direct_grad``; the same kernels, about 1.4x the steps a second
+        # on CartPole's MLP: docs/results/speed.md#the-dqn-update-next-to-the-plain-loops).
+        direct = not (compile_loss or cfg.distributional or self.precision.dtype is not None)
+        direct = direct and device.type == "cpu"
+        self._chain = ChainGradient.of(net) if direct else None
         self._last: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
 
     def epsilon(self, frames: int) -> float:
@@ -524,6 +532,17 @@ class DQN:
         with self.precision.autocast():
             loss, priority = self._loss(sample.to(self.device))
         return loss, priority.detach()
+
+    def terms(
+        self, sample: TensorDictBase
+    ) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None] | None]:
+        """(loss, priorities [B], the call that writes the loss's gradient): ``objective``'s
+        loss and priorities, with ``None`` for autograd's ``loss.backward``, or, on a Q-network
+        that is a chain of plain layers (``accelrl.algos.direct_grad``), the same figures and
+        gradient without autograd's graph."""
+        if self._chain is None:
+            return (*self.objective(sample), None)
+        return self._direct_terms(sample.to(self.device))
 
     def _loss_terms(self, sample: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """TorchRL's loss modules themselves: (mean of the weighted per-sample losses,
@@ -579,29 +598,63 @@ class DQN:
     def _q_terms(self, sample: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """What ``DQNLoss`` (TD(0) on the n-step sample, smooth-L1, ``reduction="none"``)
         computes: (mean of the weighted per-sample Huber losses, |TD errors| [B])."""
-        nxt = sample.get("next")
-        next_obs = nxt.get(self.obs_key)
         action = sample.get("action").reshape(-1, 1)
         q = self.q_network(sample.get(self.obs_key)).gather(-1, action).squeeze(-1)
-        with torch.no_grad():
-            next_q = self.target_network(next_obs)
-            if self.cfg.double:  # the online network picks, the target network scores
-                best = self.q_network(next_obs).argmax(-1, keepdim=True)
-                bootstrap = next_q.gather(-1, best).squeeze(-1)
-            else:
-                bootstrap = next_q.max(-1).values
-            # gamma ** k for a k-step sample (k < n at an episode end; TorchRL's key), 0 past a
-            # terminal
-            k = sample.get("steps_to_next_obs", None)
-            reward = nxt.get("reward").reshape(-1)
-            gamma = self.cfg.gamma if k is None else self.cfg.gamma ** k.reshape(-1).to(reward)
-            discount = gamma * (~nxt.get("terminated")).reshape(-1)
-            target = reward + discount * bootstrap
+        target = self._q_target(sample)
         per_sample = F.smooth_l1_loss(q, target, reduction="none")
         weight = sample.get("_weight", None)
         if weight is not None:
             per_sample = per_sample * weight
         return per_sample.mean(), (q.detach() - target).abs()
+
+    @torch.no_grad()
+    def _q_target(self, sample: TensorDictBase) -> torch.Tensor:
+        """The TD targets [B]: the n-step return plus gamma ** k times the bootstrap value of
+        the next observation (none past a terminal)."""
+        nxt = sample.get("next")
+        next_obs = nxt.get(self.obs_key)
+        next_q = self.target_network(next_obs)
+        if self.cfg.double:  # the online network picks, the target network scores
+            best = self.q_network(next_obs).argmax(-1, keepdim=True)
+            bootstrap = next_q.gather(-1, best).squeeze(-1)
+        else:
+            bootstrap = next_q.max(-1).values
+        # gamma ** k for a k-step sample (k < n at an episode end; TorchRL's key), 0 past a
+        # terminal
+        k = sample.get("steps_to_next_obs", None)
+        reward = nxt.get("reward").reshape(-1)
+        gamma = self.cfg.gamma if k is None else self.cfg.gamma ** k.reshape(-1).to(reward)
+        discount = gamma * (~nxt.get("terminated")).reshape(-1)
+        return reward + discount * bootstrap
+
+    @torch.no_grad()
+    def _direct_terms(
+        self, sample: TensorDictBase
+    ) -> tuple[torch.Tensor, torch.Tensor, Callable[[], None]]:
+        """``_q_terms``' loss and priorities without autograd (``accelrl.algos.direct_grad``),
+        and the call that writes the loss's gradient into the Q-network's ``.grad``: each
+        step of autograd's backward (mean, importance weights, smooth-L1, gather, the network)
+        with the kernel it calls."""
+        chain = self._chain
+        action = sample.get("action").reshape(-1, 1)
+        q_all, saved = chain.forward(sample.get(self.obs_key))
+        q = q_all.gather(-1, action).squeeze(-1)
+        target = self._q_target(sample)
+        per_sample = F.smooth_l1_loss(q, target, reduction="none")
+        weight = sample.get("_weight", None)
+        weighted = per_sample if weight is None else per_sample * weight
+        loss = weighted.mean()
+
+        @torch.no_grad()
+        def backward() -> None:
+            grad = torch.ones_like(weighted).div_(weighted.numel())  # MeanBackward0
+            if weight is not None:
+                grad = grad * weight  # MulBackward0
+            grad = torch.ops.aten.smooth_l1_loss_backward(grad, q, target, 0, 1.0)
+            grad_all = torch.zeros_like(q_all).scatter_add_(-1, action, grad.unsqueeze(-1))
+            chain.backward(grad_all, saved)
+
+        return loss, (q - target).abs(), backward
 
     def update(self, sample: TensorDictBase) -> torch.Tensor | None:
         """One gradient step on a replay sample; returns the per-sample priorities [B].
@@ -610,11 +663,10 @@ class DQN:
         ``--on-nonfinite skip``): a NaN priority would poison the sampler's sum tree.
         ``metrics()`` reads the step's figures.
         """
-        loss, priority = self.objective(sample)
+        loss, priority, backward = self.terms(sample)
         skipped = self.guard.skipped
-        grad_norm = gradient_step(
-            self.optimizer, loss, self.params, self.cfg.max_grad_norm, self.guard, self.scaler
-        )
+        step = (self.optimizer, loss, self.params, self.cfg.max_grad_norm, self.guard)
+        grad_norm = gradient_step(*step, self.scaler, backward=backward)
         applied = self.guard.skipped == skipped
         self.target.step()
         # Kept as tensors: the recipe logs one row per batch of (CartPole: 128) steps, so the
