@@ -186,10 +186,13 @@ class CompileConfig:
     """Compile the acting policy's forward pass in collection (TorchRL's ``compile_policy`` on
     ``Collector``, ``MultiSyncCollector`` and ``MultiAsyncCollector``: collector kinds sync and
     async; each worker process compiles its own copy)."""
-    cudagraphs: bool = False
-    """Replay the acting policy's forward pass as a CUDA graph (TorchRL's ``cudagraph_policy``:
-    ``tensordict.nn.CudaGraphModule``); needs the policy on a CUDA device
-    (docs/performance.md#compilation)."""
+    cudagraphs: Literal["auto", "on", "off"] = "auto"
+    """The acting network's forward pass replayed as a CUDA graph, policy on a GPU: ``auto``
+    captures it at the first batch and keeps it where it gives the same outputs and is faster
+    (one log line says which and why; eager on a CPU), ``on`` always (needs a GPU), ``off``
+    never. The in-process lean rollout captures its network itself
+    (``accelrl.collectors.graphs``); worker processes and ``--compile.policy`` use TorchRL's
+    ``cudagraph_policy`` for ``on`` (docs/performance.md#compilation)."""
 
 
 @dataclass

@@ -129,22 +129,25 @@ def validate_compile(cfg: Any) -> None:
     from accelrl.config import resolve_device
 
     c = cfg.collector
-    for flag in ("policy", "cudagraphs"):
-        if getattr(cfg.compile, flag) and c.kind not in ("sync", "async"):
+    graphs = cfg.compile.cudagraphs
+    if graphs not in ("auto", "on", "off"):
+        raise ConfigError("compile.cudagraphs", graphs, "must be auto, on or off")
+    for flag, value in (("policy", cfg.compile.policy), ("cudagraphs", graphs == "on")):
+        if value and c.kind not in ("sync", "async"):
             raise ConfigError(
                 f"compile.{flag}",
-                True,
+                getattr(cfg.compile, flag),
                 f"wraps the policy of TorchRL's collectors (collector.kind sync or async); "
                 f"collector.kind {c.kind} runs its own inference loop",
             )
-    if cfg.compile.cudagraphs:
+    if graphs == "on":
         policy_device = resolve_device(cfg.device if c.policy_device == "auto" else c.policy_device)
         if not policy_device.startswith("cuda"):
             raise ConfigError(
                 "compile.cudagraphs",
-                True,
+                graphs,
                 f"CUDA graphs need the policy on a GPU, and it runs on {policy_device} here; "
-                "drop the flag or use --device cuda",
+                "use auto (eager on a CPU) or --device cuda",
             )
 
 
@@ -170,7 +173,7 @@ def validate_recurrent(cfg: Any, minibatches: int = 1) -> None:
             m.recurrent,
             "needs every simulator in its own row (env.async_batch_size 0)",
         )
-    if cfg.compile.loss or cfg.compile.policy or cfg.compile.cudagraphs:
+    if cfg.compile.loss or cfg.compile.policy or cfg.compile.cudagraphs == "on":
         raise ConfigError(
             "model.recurrent", m.recurrent, "runs uncompiled for now (no --compile.* flags)"
         )

@@ -84,7 +84,7 @@ fi
 # 4. optional compile comparison (PPO, SpaceInvaders, learner and policy on $DEVICE).
 if [ "$COMPILE" = 1 ]; then
     CONFIGS=("plain@$CORES" recipe recipe+compile recipe+compile-policy)
-    [[ "$DEVICE" == cuda* ]] && CONFIGS+=(recipe+cudagraphs)
+    [[ "$DEVICE" == cuda* ]] && CONFIGS+=(recipe+cudagraphs recipe+eager)
     BATCHES=6
     [ "$QUICK" = 1 ] && BATCHES=3
     say "learner_speed compile comparison: ${CONFIGS[*]}"

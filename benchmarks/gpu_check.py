@@ -18,6 +18,12 @@ Steps, each a subprocess with a time limit out of ``--budget-s`` (the Pong run g
 2. ``benchmarks.acting_overhead --device`` on ``Null/Atari`` at 64 and 256 simulators
    (``acting.json``): ``acting-<recipe>-<sims>``, each recipe's collection at most 1.25x the
    plain loop's time per agent step, the networks on the device.
+   Before it, in this process: ``acting-graph-<sims>``, the PPO Atari acting network as
+   ``--compile.cudagraphs auto`` chooses it at 64 and 256 simulators
+   (``accelrl.collectors.graphs.choose``): PASS when the CUDA graph gives eager's outputs from
+   the same generator state and is faster (chosen), INFO when it is equal but not faster, FAIL
+   when the capture fails or its outputs differ; the eager and graph times per step are in the
+   line.
 3. ``benchmarks.time_to_score``: PPO on Pong with ``--pong-envs`` simulators (default 128; the
    paper ran 256 per GPU), T = 128, the deterministic ALE, until the mean return of the last 100
    episodes reaches 18 (``pong-18``: the wall time and frames, PASS when reached in the time
@@ -131,6 +137,38 @@ def acting_lines(payload: dict[str, Any], sizes: tuple[int, ...]) -> list[Line]:
                 f"{r.get('device', 'cpu')})"
             )  # fmt: skip
             lines.append(judged(f"acting-{recipe}-{n}", ratio, "<=", ACTING_TARGET, detail))
+    return lines
+
+
+def graph_line(name: str, graph: bool | None, reason: str) -> Line:
+    """An ``acting-graph-<sims>`` line from what ``choose`` decided (None: it raised)."""
+    if graph:
+        return Line(name, "PASS", 1.0, "the graph chosen", reason)
+    equal_not_faster = graph is not None and "not faster" in reason
+    return Line(name, "INFO" if equal_not_faster else "FAIL", 0.0, "the graph chosen", reason)
+
+
+def graph_lines(device: str, sizes: tuple[int, ...]) -> list[Line]:
+    """Step 2's graph lines: ``--compile.cudagraphs auto``'s choice for PPO's Atari acting
+    network (trunk, heads, the action draw) at each of ``sizes`` simulators on ``device``."""
+    import torch
+    from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+    from accelrl.collectors.graphs import choose
+    from accelrl.models import acting_policy, make_actor_critic
+
+    lines = []
+    for n in sizes:
+        torch.manual_seed(0)
+        net = acting_policy(make_actor_critic("pixels", (4, 84, 84), 6)).module.to(device)
+        obs = torch.randint(0, 256, (n, 4, 84, 84), dtype=torch.uint8).to(device)
+        try:
+            with set_exploration_type(ExplorationType.RANDOM), torch.no_grad():
+                choice = choose(net, obs, "auto")
+            graph, reason = choice.graph, choice.reason
+        except Exception as err:  # a line, not a stop: the other steps still run
+            graph, reason = None, f"{type(err).__name__}: {err}"
+        lines.append(graph_line(f"acting-graph-{n}", graph, reason))
     return lines
 
 
@@ -260,8 +298,9 @@ def main(argv: list[str] | None = None) -> list[Line]:
         suite = read_json(out / "suite.json")
     lines += suite_lines(suite or {})
 
-    # 2. the acting overhead, the networks on the device.
+    # 2. the acting network as a CUDA graph, then the acting overhead, networks on the device.
     sizes = (8,) if args.smoke else (64, 256)
+    lines += graph_lines(device, sizes)
     game = "Null/CartPole" if args.smoke else "Null/Atari"
     rounds, seconds = ("2", "0.4") if args.smoke else ("6", "1.5")
     cmd = [py, "-m", "benchmarks.acting_overhead", "--games", game,

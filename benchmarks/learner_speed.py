@@ -13,7 +13,10 @@ Configurations per algorithm (each a fresh process; rounds alternate them):
 - ``recipe@N``: ``--threads.torch-threads N`` with N every core (collection's inference too);
 - ``recipe+compile``: ``--compile.loss`` (idle only: compilation takes minutes on a CPU);
 - ``recipe+compile-policy``: ``--compile.policy`` (Atari, idle only);
-- ``recipe+cudagraphs``: ``--compile.policy --compile.cudagraphs`` (with ``--device cuda``).
+- ``recipe+cudagraphs``: ``--compile.policy --compile.cudagraphs on`` (TorchRL's graphs of a
+  compiled policy; with ``--device cuda``);
+- ``recipe+eager``: ``--compile.cudagraphs off`` (with ``--device cuda``: the acting network
+  eager, where ``recipe``'s default ``auto`` may replay it as a CUDA graph).
 
 Steady state excludes the first ``--warmup`` batches (start-up, allocator warm-up, compilation);
 for the recipes it also excludes their first thread probe (``accelrl.collectors.UpdateThreads``:
@@ -27,7 +30,7 @@ Ratios are against the best plain configuration of the same condition.
 
     python -m benchmarks.learner_speed [--algos ppo a2c dqn dqn-cartpole] [--batches 8] [--busy]
     python -m benchmarks.learner_speed --algos ppo --device cuda --only plain@16 recipe \
-        recipe+compile recipe+compile-policy recipe+cudagraphs       # benchmarks/gpu.sh COMPILE=1
+        recipe+compile recipe+compile-policy recipe+cudagraphs recipe+eager  # gpu.sh COMPILE=1
 """
 
 from __future__ import annotations
@@ -209,8 +212,9 @@ def main(argv: list[str] | None = None) -> dict:
                 if algo != "dqn-cartpole":
                     configs["recipe+compile-policy"] = ("recipe", ["--compile.policy"])
                     if opts.device.startswith("cuda"):
-                        cuda_graphs = ["--compile.policy", "--compile.cudagraphs"]
+                        cuda_graphs = ["--compile.policy", "--compile.cudagraphs", "on"]
                         configs["recipe+cudagraphs"] = ("recipe", cuda_graphs)
+                        configs["recipe+eager"] = ("recipe", ["--compile.cudagraphs", "off"])
             if opts.only:
                 configs = {k: v for k, v in configs.items() if k in opts.only}
             rates: dict[str, list[float]] = {name: [] for name in configs}

@@ -300,17 +300,21 @@ def test_gpu_check_smoke_runs_every_step_and_gives_every_line(quick_run, tmp_pat
     out = tmp_path / "check"
     lines = gpu_check.main(["--smoke", "--out", str(out), "--suite-json", str(suite)])
     names = [line.name for line in lines]
-    assert names == [*CHECK_LINES, "acting-ppo-8", "acting-a2c-8", "acting-dqn-8", "pong-18"]
+    assert names == [*CHECK_LINES, "acting-graph-8", "acting-ppo-8", "acting-a2c-8",
+                     "acting-dqn-8", "pong-18"]  # fmt: skip
     missing = [line.text() for line in lines if line.status == "MISSING"]
     assert not missing, missing
-    assert all(line.value > 0 for line in lines if line.name != "pong-18")
+    assert all(line.value > 0 for line in lines if line.name not in ("pong-18", "acting-graph-8"))
+    # A CPU has no CUDA graphs: the line says why instead of stopping the check.
+    graph = lines[names.index("acting-graph-8")]
+    assert graph.status == "FAIL" and graph.detail
     text = (out / "check.txt").read_text()
     assert "accelrl commit" in text and "smoke run" in text and "device cpu" in text
     assert [row["name"] for row in json.loads((out / "check.json").read_text())["lines"]] == names
 
 
 def test_gpu_check_judges_each_figure_against_its_target():
-    from benchmarks.gpu_check import acting_lines, pong_line, suite_lines
+    from benchmarks.gpu_check import acting_lines, graph_line, pong_line, suite_lines
 
     def train(recipe, ratio):
         return {"section": "train", "what": f"train Pong: {recipe} (16 envs)", "rate": 1000.0,
@@ -339,6 +343,10 @@ def test_gpu_check_judges_each_figure_against_its_target():
     assert acting == {"acting-ppo-64": "PASS", "acting-a2c-64": "FAIL",
                       "acting-dqn-64": "MISSING", "acting-ppo-256": "MISSING",
                       "acting-a2c-256": "MISSING", "acting-dqn-256": "MISSING"}  # fmt: skip
+    assert graph_line("g", True, "a CUDA graph (eager 90 us, graph 30 us a step)").status == "PASS"
+    assert graph_line("g", False, "eager (not faster as a CUDA graph: ...)").status == "INFO"
+    assert graph_line("g", False, "eager (the graph's outputs differ ...)").status == "FAIL"
+    assert graph_line("g", None, "RuntimeError: capture failed").status == "FAIL"
     reached = {"reached": True, "wall_s_from_launch": 200.0, "frames_at_target": 9_000_000}
     assert pong_line(reached, 128).status == "PASS"
     assert pong_line({"reached": False, "frames": 5_000_000}, 128).status == "FAIL"

@@ -1,8 +1,8 @@
 """Collectors: the thread budget (``threads``), the factory that builds the collector a run's
 ``CollectorConfig.kind`` names (``factory``), the watchdog around it (``watchdog``), accelrl's
 own collectors beyond TorchRL's (``alternating``, ``batched``), TorchRL's in-process collector
-with a lean rollout (``lean``) and the policy-lag rule of
-asynchronous collection (``policy_lag``).
+with a lean rollout (``lean``), its acting network as a CUDA graph (``graphs``) and the
+policy-lag rule of asynchronous collection (``policy_lag``).
 
 Every collector yields batches laid out like TorchRL's ``Collector`` (``[simulators, T]``, time
 last, each row one simulator through time) and answers ``update_policy_weights_()`` and

@@ -34,6 +34,7 @@ from accelrl.config import (
     rows_per_batch,
 )
 from accelrl.envs import leave_ctrl_c_to_the_learner, make_env
+from accelrl.models import DirectTensorDictModule
 
 
 def _worker_env(
@@ -222,6 +223,14 @@ def _torchrl(
         if collector_cfg.num_workers == 0:
             # TorchRL's Collector with its rollout replaced where that is exact
             # (``LeanCollector``: TorchRL's rollout cost several times a plain loop's step).
+            # It captures a network that acts directly (``DirectTensorDictModule``) as a CUDA
+            # graph itself; other policies get TorchRL's graphs.
+            graphs = "off" if compile_cfg is None else compile_cfg.cudagraphs
+            own_graph = isinstance(policy, DirectTensorDictModule) and not (
+                compile_cfg is not None and compile_cfg.policy
+            )
+            if own_graph:
+                options.pop("cudagraph_policy", None)
             return LeanCollector(
                 sims.factory(0, in_worker=False)(),
                 policy,
@@ -229,6 +238,7 @@ def _torchrl(
                 # log follow the done flags); tracking them is a few operations per step.
                 # TorchRL's multi-process collectors have no such switch.
                 track_traj_ids=False,
+                acting_graph=graphs if own_graph else "off",
                 **options,
             )
         factories = [
@@ -243,13 +253,12 @@ def _torchrl(
 def _compile_options(kind: str, compile_cfg: CompileConfig | None) -> dict[str, Any]:
     """TorchRL's ``compile_policy`` / ``cudagraph_policy`` for ``--compile.policy`` /
     ``--compile.cudagraphs`` (none when both are off)."""
-    if compile_cfg is None or not (compile_cfg.policy or compile_cfg.cudagraphs):
+    graphs = compile_cfg is not None and compile_cfg.cudagraphs == "on"
+    if compile_cfg is None or not (compile_cfg.policy or graphs):
         return {}
     if kind not in ("sync", "async"):
         raise ValueError(f"compiled policies need collector kind sync or async, not {kind}")
-    return dict(
-        compile_policy=compile_cfg.policy or None, cudagraph_policy=compile_cfg.cudagraphs or None
-    )
+    return dict(compile_policy=compile_cfg.policy or None, cudagraph_policy=graphs or None)
 
 
 def run_collector(

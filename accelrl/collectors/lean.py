@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import sys
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ from tensordict import TensorDictBase
 from torchrl.collectors import Collector
 from torchrl.envs.utils import set_exploration_type
 
+from accelrl.collectors.graphs import choose
 from accelrl.compat import (
     collector_carrier,
     collector_truncates_batches,
@@ -128,10 +129,15 @@ class LeanCollector(Collector):
     batch k-1 while batch k+1 is collected), else over new memory.
     """
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, acting_graph: str = "off", **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._batch_memory: list[_BatchMemory] = []
         self._direct, self._lean_outputs = False, None  # how the policy acts: ``_plan`` decides
+        # --compile.cudagraphs for the direct path on a GPU (``accelrl.collectors.graphs``):
+        # decided at the first lean step; ``_act`` then runs the network one way or the other.
+        self.acting_graph = acting_graph
+        self._act: Callable[[torch.Tensor], tuple[torch.Tensor, ...]] | None = None
+        self._graph_reason: str | None = None
         cpu = torch.device("cpu")
         # A policy or batches on a GPU: the lean rollout acts there and writes in host memory
         # (None here: on the CPU, nothing moves).
@@ -176,6 +182,8 @@ class LeanCollector(Collector):
         acts = "its network directly" if self._direct else "its own tensor path"
         if not (self._direct or self._lean_outputs is not None):
             acts = "its TensorDict module"
+        if self._graph_reason is not None:
+            acts += f", {self._graph_reason}"
         return f"collection: the lean rollout ({where}; the policy runs {acts})"
 
     def iterator(self) -> Iterator[TensorDictBase]:
@@ -188,6 +196,14 @@ class LeanCollector(Collector):
         self.lean = self._plan(first, collector_carrier(self))
         if not self.lean:
             self.why_torchrl = "its first batch holds keys besides the env's and the policy's"
+        if self.acting_graph == "on" and not (self.lean and self._direct and self._policy_on):
+            raise RuntimeError(
+                "--compile.cudagraphs on: the lean rollout captures a policy that runs its "
+                "network directly on a GPU, and here "
+                + (f"TorchRL's rollout runs ({self.why_torchrl})" if not self.lean else
+                   "the policy is not such a network or not on a GPU")
+                + "; use --compile.cudagraphs auto, or --compile.policy for TorchRL's graphs"
+            )  # fmt: skip
         log.info(self.rollout_line())
         yield first
         if not self.lean:
@@ -226,6 +242,18 @@ class LeanCollector(Collector):
         self._carry = {k: root.get(k).cpu().numpy().copy() for k in root_keys}
         return True
 
+    def _acting(self, obs: torch.Tensor) -> Callable[[torch.Tensor], tuple[torch.Tensor, ...]]:
+        """How the direct path runs the network from now on: on a GPU as ``choose`` decides
+        for ``--compile.cudagraphs`` (logged once), else eagerly."""
+        net = self.policy.module
+        if self._policy_on is None or self._policy_on.type != "cuda":
+            choice = choose(net, obs, "off")
+        else:
+            choice = choose(net, obs, self.acting_graph)
+            self._graph_reason = f"as {choice.reason}"
+            log.info(f"collection: the policy acts {self._graph_reason}")
+        return choice.act
+
     def _take_memory(self) -> _BatchMemory:
         for memory in self._batch_memory:
             if memory.free():
@@ -260,8 +288,9 @@ class LeanCollector(Collector):
                 acted = None
                 seen = obs if policy_on is None else obs.to(policy_on)
                 if direct:
-                    acted = policy.module(seen)
-                    acted = acted if isinstance(acted, tuple) else (acted,)
+                    if self._act is None:
+                        self._act = self._acting(seen)
+                    acted = self._act(seen)
                 elif lean_outputs is not None:
                     acted = lean_outputs(seen)
                 if acted is not None and stacked_steps == t:
