@@ -22,9 +22,12 @@ Each side runs at 1 thread and at every core; the plain side also with subnormal
 recipe's). Rounds alternate all configurations in one process; the ratio is, per round, the
 recipe's best configuration over the plain loop's best, and the median over rounds is quoted.
 ``--split N`` then times N updates of both sides' best configurations phase by phase.
+``--autograd`` adds the recipe's update as it ran before 2026-12-07 (the gradient through
+autograd, PyTorch's own clipping and optimizer step; the same results) in the same rounds, and
+the recipe's rate over it.
 
     python -m benchmarks.dqn_update [--nets cartpole minatar] [--variants dqn rainbow] \
-        [--rounds 5] [--seconds 8] [--split 500] [--threads 1 2] [--json PATH]
+        [--rounds 5] [--seconds 8] [--split 500] [--threads 1 2] [--autograd] [--json PATH]
 """
 
 from __future__ import annotations
@@ -143,10 +146,20 @@ def plain_side(net: str, d: DQNConfig, td: TensorDict, fused: bool) -> DQNUpdate
     return DQNUpdate(network(net, d), replay, d, spec.obs_shape, fused_adam=fused)
 
 
-class RecipeSide:
-    """The recipe's replay and learner, updated as ``recipes/dqn_atari.py`` does."""
+PYTORCHS_CALLS = (
+    lambda opt: opt.step(),
+    torch.nn.utils.clip_grad_norm_,
+    lambda opt: opt.zero_grad(set_to_none=True),
+)
+"""``accelrl.optim``'s ``step``, ``clip_grad_norm`` and ``zero_grad`` as PyTorch's own calls."""
 
-    def __init__(self, net: str, d: DQNConfig, td: TensorDict) -> None:
+
+class RecipeSide:
+    """The recipe's replay and learner, updated as ``recipes/dqn_atari.py`` does; with
+    ``autograd``, as it was before 2026-12-07: the gradient through autograd, and PyTorch's own
+    clipping, optimizer step and gradient reset (the same results, bit for bit)."""
+
+    def __init__(self, net: str, d: DQNConfig, td: TensorDict, autograd: bool = False) -> None:
         spec = NETS[net]
         self.replay = FrameReplay(
             capacity=d.replay_capacity,
@@ -172,10 +185,23 @@ class RecipeSide:
             mlp_hidden=(256, 256),
         )
         self.batch = d.batch_size
+        self.autograd = autograd
+        if autograd:
+            self.dqn._chain = None
 
     def __call__(self, lap: Callable[[str], None] | None = None) -> None:
         """One update; with ``lap``, the same steps as ``DQN.update`` taken one at a time
         (``tests/test_benchmarks.py`` holds the two to the same weights) and timed."""
+        if not self.autograd:
+            return self._update(lap)
+        mine = (optim.step, optim.clip_grad_norm, optim.zero_grad)
+        optim.step, optim.clip_grad_norm, optim.zero_grad = PYTORCHS_CALLS
+        try:
+            return self._update(lap)
+        finally:
+            optim.step, optim.clip_grad_norm, optim.zero_grad = mine
+
+    def _update(self, lap: Callable[[str], None] | None) -> None:
         sample = self.replay.sample(self.batch, beta=BETA)
         if lap is None:
             priority = self.dqn.update(sample)
@@ -240,17 +266,22 @@ def bench(
     split: int,
     verbose: bool,
     thread_counts: list[int],
+    autograd: bool = False,
 ) -> dict[str, Any]:
     """Updates/s of every configuration at each of ``thread_counts``, the paired
     best-over-best ratio and (``split`` > 0) ``split`` updates of each side's best timed phase
-    by phase."""
+    by phase; with ``autograd``, also the recipe's update as before 2026-12-07
+    (``RecipeSide(autograd=True)``) and the recipe's rate over it, per round."""
     d = settings(net, variant)
     td = transitions(NETS[net])
     recipe = RecipeSide(net, d, td)
+    before = RecipeSide(net, d, td, autograd=True) if autograd else None
     plains = {fused: plain_side(net, d, td, fused) for fused in (False, True)}
     steppers: dict[str, Callable[[], None]] = {}
     for n in thread_counts:
         steppers[f"recipe@{n}"] = with_threads(recipe, n, ftz=True)
+        if before is not None:
+            steppers[f"autograd@{n}"] = with_threads(before, n, ftz=True)
         for fused, plain in plains.items():
             for ftz in (False, True):
                 name = f"plain@{n}" + ("+ftz" if ftz else "") + ("+fused" if fused else "")
@@ -273,6 +304,13 @@ def bench(
         "ratio": median(per_round),
         "target": TARGETS[net],
     }
+    if before is not None:
+        olds = [k for k in rates if k.startswith("autograd")]
+        gains = [
+            max(rates[k][r] for k in mine) / max(rates[k][r] for k in olds) for r in range(rounds)
+        ]
+        result["over_autograd_per_round"] = gains
+        result["over_autograd"] = median(gains)
     if split:
         result["split_us"] = {
             "recipe": time_phases(recipe, best_recipe, split),
@@ -309,6 +347,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--threads", type=int, nargs="+", default=None, help="torch threads (default 1 and all)"
     )
+    p.add_argument(
+        "--autograd",
+        action="store_true",
+        help="also time the update as before 2026-12-07 (autograd, PyTorch's optimizer calls)",
+    )
     p.add_argument("--json", default=None)
     p.add_argument("-v", "--verbose", action="store_true", help="print every round")
     args = p.parse_args(argv)
@@ -321,8 +364,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             key = f"{net} {variant}"
             print(f"{key}: {args.rounds} rounds ...", flush=True)
             r = results[key] = bench(
-                net, variant, args.rounds, args.seconds, args.split, args.verbose, threads
-            )
+                net, variant, args.rounds, args.seconds, args.split, args.verbose, threads,
+                args.autograd,
+            )  # fmt: skip
             ups = r["updates_per_s"]
             rows.append(
                 [
@@ -332,7 +376,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     f"{r['best_plain']}",
                     ups[r["best_plain"]],
                     r["ratio"],
-                    f"{min(r['ratio_per_round']):.2f}-{max(r['ratio_per_round']):.2f}",
+                    _spread(r["ratio_per_round"]),
                     r["target"],
                 ]
             )
@@ -341,6 +385,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ["net variant", "recipe", "updates/s", "plain", "updates/s", "ratio", "rounds", "target"],
         rows,
     )
+    if args.autograd:
+        print("\nthe recipe's update over the same update through autograd (before 2026-12-07)")
+        print_table(
+            ["net variant", "ratio", "rounds"],
+            [
+                [key, r["over_autograd"], _spread(r["over_autograd_per_round"])]
+                for key, r in results.items()
+            ],
+        )
     if args.split:
         for key, r in results.items():
             print(f"\n{key}: microseconds per update by phase")
@@ -353,6 +406,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.json:
         write_json(args.json, {"machine": machine_info(), "argv": argv, "results": results})
     return results
+
+
+def _spread(values: list[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}"
 
 
 def quick_args() -> list[str]:

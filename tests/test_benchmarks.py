@@ -252,6 +252,26 @@ def test_dqn_update_benchmarks_phases_are_the_recipes_update(variant):
     assert torch.equal(drawn, phased.replay.sample(256)["index"])
 
 
+@pytest.mark.parametrize("net", ["cartpole", "minatar"])
+def test_dqn_update_benchmarks_autograd_side_takes_the_same_steps(net):
+    """``--autograd`` times the update as it ran before (autograd, PyTorch's own optimizer
+    calls) on the same results: both sides from one seed end with equal weights, bit for bit,
+    and the recipe's side does compute without autograd."""
+    from benchmarks import dqn_update
+
+    d = dqn_update.settings(net, "dqn")
+    td = dqn_update.transitions(dqn_update.NETS[net])
+    mine, before = (dqn_update.RecipeSide(net, d, td, autograd=a) for a in (False, True))
+    assert mine.dqn._chain is not None and before.dqn._chain is None
+    for step in range(5):
+        for side in (mine, before):
+            np.random.seed(step)
+            side()
+    for a, b in zip(mine.dqn.networks(), before.dqn.networks(), strict=True):
+        for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
+            assert torch.equal(x, y)
+
+
 def test_minatar_benchmark_steps_both_sides(tmp_path):
     """``benchmarks.minatar_throughput`` times accelrl's MinAtar env and the raw loop in paired
     rounds and reports their ratio."""
