@@ -61,18 +61,21 @@ def cuda_capture(
     """Record ``net(static_obs)`` as a CUDA graph (after warm-up passes on a side stream, as
     ``torch.cuda.graphs`` asks) and return its replay, which yields the static outputs. The
     warm-up's random draws are undone: the generator is where it was before."""
-    rng = torch.cuda.get_rng_state(static_obs.device)
-    side = torch.cuda.Stream(static_obs.device)
-    side.wait_stream(torch.cuda.current_stream(static_obs.device))
-    with torch.no_grad(), torch.cuda.stream(side):
-        for _ in range(3):
-            net(static_obs)
-    torch.cuda.current_stream(static_obs.device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.no_grad(), torch.cuda.graph(graph):
-        out = net(static_obs)
+    device = static_obs.device
+    rng = torch.cuda.get_rng_state(device)
+    # On the network's own GPU: a side stream or capture on another device fails the capture.
+    with torch.cuda.device(device):
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.no_grad(), torch.cuda.stream(side):
+            for _ in range(3):
+                net(static_obs)
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(graph):
+            out = net(static_obs)
     outputs = out if isinstance(out, tuple) else (out,)
-    torch.cuda.set_rng_state(rng, static_obs.device)
+    torch.cuda.set_rng_state(rng, device)
 
     def replay() -> tuple[torch.Tensor, ...]:
         graph.replay()
