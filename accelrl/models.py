@@ -367,14 +367,26 @@ class _ActingNet(nn.Module):
         # fp32 logits and value under a bf16 actor (``accelrl.precision``): the log-prob that
         # PPO's ratio divides by and the values GAE reads.
         logits = full(self.policy_net(hidden))
-        dist = torch.distributions.Categorical(logits=logits, validate_args=False)
-        # As TorchRL's ProbabilisticActor: collectors set RANDOM (a draw); outside them, and
-        # under DETERMINISTIC or MODE, the most likely action.
-        if interaction_type() is InteractionType.RANDOM:
-            action = dist.sample()
-        else:
-            action = dist.probs.argmax(-1)
-        return action, dist.log_prob(action), full(self.value_net(hidden))
+        action, log_prob = categorical_draw(logits, interaction_type() is InteractionType.RANDOM)
+        return action, log_prob, full(self.value_net(hidden))
+
+
+def categorical_draw(logits: torch.Tensor, sample: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(action, its log-prob) as ``torch.distributions.Categorical(logits=logits)`` gives them:
+    ``sample`` draws (collectors explore: RANDOM), else the most likely action (as TorchRL's
+    ProbabilisticActor under DETERMINISTIC or MODE). The distribution's own operations in its
+    order (normalised logits, softmax, one multinomial draw per row, the gather), so the same
+    generator state gives the same actions and log-probs (``tests/test_models.py``), without
+    the distribution object: its construction, shape checks and lazy properties cost about as
+    much as the draw at every acting step (docs/performance.md#the-acting-path)."""
+    norm = logits - logits.logsumexp(dim=-1, keepdim=True)
+    probs = torch.softmax(norm, dim=-1)
+    if sample:
+        rows = probs.reshape(-1, probs.shape[-1])
+        action = torch.multinomial(rows, 1, True).T.reshape(probs.shape[:-1])
+    else:
+        action = probs.argmax(-1)
+    return action, norm.gather(-1, action.unsqueeze(-1)).squeeze(-1)
 
 
 def acting_policy(model: ActorValueOperator) -> TensorDictModule:

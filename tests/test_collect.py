@@ -449,21 +449,31 @@ def test_lean_collector_on_a_gpu_equals_torchrls(kind, steps):
             assert torch.equal(a, b), key
 
 
-def test_lean_collector_keeps_batches_that_are_held_and_reuses_dropped_ones():
+@pytest.mark.parametrize("path", ["network", "tensordict-module"])
+def test_lean_collector_keeps_batches_that_are_held_and_reuses_dropped_ones(path):
     """A batch, a tensor of it or a view of it that the caller keeps is never written into by
-    later batches; a batch nobody holds gives its memory to the batch after next."""
+    later batches; a batch nobody holds gives its memory to the batch after next. Both ways a
+    policy acts: its network directly, and a TensorDict module (whose inputs each step then
+    hold the env's observation instead of views of the batch's memory)."""
     from accelrl.collectors import LeanCollector
-    from accelrl.envs import make_env
+    from accelrl.envs import describe_env, make_env
 
     env = make_env(EnvConfig(game="Null/CartPole", num_envs=4), seed=0)
-    policy = acting_policies("Null/CartPole", "ppo")
+    if path == "network":
+        policy = acting_policies("Null/CartPole", "ppo")
+    else:
+        torch.manual_seed(0)
+        policy = make_actor_critic(**describe_env(EnvConfig(game="Null/CartPole")))
+    # 7 steps a batch: the zero-cost simulators' observations repeat every 4 steps, so a
+    # batch written over a held one changes its observations.
     collector = LeanCollector(
-        env, policy, frames_per_batch=4 * 10, total_frames=-1, track_traj_ids=False
+        env, policy, frames_per_batch=4 * 7, total_frames=-1, track_traj_ids=False
     )
     try:
         batches = iter(collector)
         next(batches)  # TorchRL's own first batch
         assert collector.lean
+        assert collector._direct == (path == "network")
         kept = next(batches)
         kept_copy = kept.clone()
         tensor = next(batches).get(("next", "episode_return"))
@@ -472,6 +482,7 @@ def test_lean_collector_keeps_batches_that_are_held_and_reuses_dropped_ones():
         view_copy = view.clone()
         for _ in range(4):
             next(batches)
+            assert torch.equal(view, view_copy), "a held view of the observations was written"
         assert (kept == kept_copy).all()
         assert torch.equal(tensor, tensor_copy) and torch.equal(view, view_copy)
         first = next(batches)["action"].data_ptr()

@@ -133,6 +133,30 @@ def test_direct_write_modules_give_the_same_outputs_as_tensordict_modules(obs_ke
         assert torch.equal(ours[key], theirs[key]), key
 
 
+@pytest.mark.parametrize("shape", [(64, 6), (7, 2), (2, 3, 5)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_categorical_draw_is_the_distributions_draw(shape, dtype):
+    # The acting network draws without the distribution object: the same actions from the
+    # same generator state, the same log-probs bit for bit, and the same most likely action.
+    from accelrl.models import categorical_draw
+
+    logits = (torch.randn(shape, generator=torch.Generator().manual_seed(3)) * 4).to(dtype)
+    for sample in (True, False):
+        torch.manual_seed(5)
+        action, log_prob = categorical_draw(logits, sample)
+        torch.manual_seed(5)
+        dist = torch.distributions.Categorical(logits=logits, validate_args=False)
+        want = dist.sample() if sample else dist.probs.argmax(-1)
+        assert action.shape == want.shape == shape[:-1]
+        assert torch.equal(action, want), sample
+        assert torch.equal(log_prob, dist.log_prob(want)), sample
+        assert log_prob.dtype == dtype
+    torch.manual_seed(0)
+    uniform = torch.zeros(shape, dtype=dtype)  # a draw, not the argmax (always action 0)
+    assert categorical_draw(uniform, True)[0].bool().any()
+    assert not categorical_draw(uniform, False)[0].bool().any()
+
+
 @pytest.mark.parametrize("obs_key,shape", [("pixels", (4, 84, 84)), ("observation", (4,))])
 def test_acting_policy_draws_what_the_actor_critic_draws(obs_key, shape):
     # Learners collect with acting_policy (one module) instead of the ActorValueOperator: the

@@ -79,6 +79,7 @@ class _BatchMemory:
         # holding it adds one use to every count, the baseline included).
         self._storages = [(t, storage_handle(t)) for t in self.leaves.values()]
         self._baseline = self._holders()
+        self.inputs_replaced = False  # the generic path's inputs hold other tensors now
 
     def _holders(self) -> list[tuple[int, int]]:
         # Python references to each tensor (``batch.get(key)`` kept by a consumer) and views of
@@ -90,15 +91,21 @@ class _BatchMemory:
         memory is held beyond what this object holds itself."""
         if self._held is not None and self._held() is not None:
             return False
-        return all(
-            now[0] <= then[0] and now[1] <= then[1]
-            for now, then in zip(self._holders(), self._baseline, strict=True)
-        )
+        # As ``_holders`` counts (the same references to each tensor), stopping at the first
+        # leaf held outside: this runs at every batch.
+        for (t, h), (refs, uses) in zip(self._storages, self._baseline, strict=True):
+            if sys.getrefcount(t) > refs or handle_use_count(h) > uses:
+                return False
+        return True
 
     def batch(self) -> TensorDictBase:
         """A new TensorDict over this memory, laid out as TorchRL's batches (keys a consumer
         adds to it stay in that TensorDict)."""
-        self._baseline = self._holders()  # what this object holds, without any batch
+        # What this object holds without any batch: measured again when the rollout put other
+        # tensors into the policy's inputs (their views of this memory are gone), else as it was.
+        if self.inputs_replaced:
+            self._baseline = self._holders()
+            self.inputs_replaced = False
         root = {path[0]: t for path, t in self.leaves.items() if len(path) == 1}
         nxt = {path[1]: t for path, t in self.leaves.items() if len(path) == 2}
         # Named as TorchRL names its batches' dims (a list each: a rename stays in its own).
@@ -302,6 +309,7 @@ class LeanCollector(Collector):
                     if acted is None:
                         td = memory.inputs[t]
                         set_unchecked(td, obs_key, obs)
+                        memory.inputs_replaced = True
                         td = policy(td if policy_on is None else td.to(policy_on))
                         acted = tuple(td.get(key) for key in keys)
                     for key, value in zip(keys, acted, strict=True):
