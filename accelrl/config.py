@@ -116,6 +116,12 @@ class CollectorConfig:
     """Where each worker runs inference; auto: cuda when available and the learner is on cuda."""
     storing_device: str = "auto"
     """Where batches are assembled; auto: the learner's device."""
+    compact_obs: bool = True
+    """In-process collection writes each observation once: batches without ``("next", obs)``
+    (TorchRL's ``compact_obs`` layout; the next root holds it) and with the next observations
+    the learners read, where an episode ended and at each row's last step, on the side
+    (``accelrl.batches``). Off: TorchRL's full layout, every observation twice. Worker
+    processes always give the full layout."""
 
 
 @dataclass

@@ -360,11 +360,12 @@ def acting_policies(game: str, kind: str):
 
 def first_batches(
     cls, game: str, kind: str, rows: int, steps: int, count: int, seed: int = 3, device=None,
-    crossing=False, **env,
+    crossing=False, compact_obs=False, **env,
 ):  # fmt: skip
     """``count`` batches of ``cls`` (TorchRL's ``Collector`` or ``LeanCollector``) from the same
     seeds, and whether the lean path ran; ``device``: the policy's and the batches' (a GPU);
-    ``env``: more ``EnvConfig`` settings."""
+    ``compact_obs``: ``LeanCollector``'s compact batches; ``env``: more ``EnvConfig``
+    settings."""
     from accelrl.envs import make_env
 
     policy = acting_policies(game, kind)
@@ -376,6 +377,8 @@ def first_batches(
     if device is not None and device.startswith("cuda"):
         torch.cuda.manual_seed_all(seed)
     env = make_env(EnvConfig(game=game, num_envs=rows, **env), seed=seed)
+    if compact_obs:
+        devices["compact_obs"] = True
     collector = cls(
         env, policy, frames_per_batch=rows * steps, total_frames=-1, track_traj_ids=False,
         **devices,
@@ -400,25 +403,39 @@ def first_batches(
     ],
 )
 @pytest.mark.parametrize("crossing", [False, True], ids=["", "device-branches"])
-def test_lean_collector_batches_equal_torchrls(game, kind, steps, env, crossing):
+@pytest.mark.parametrize("compact_obs", [False, True], ids=["", "compact"])
+def test_lean_collector_batches_equal_torchrls(game, kind, steps, env, crossing, compact_obs):
     """The lean rollout writes the batches TorchRL's ``Collector`` yields for the same seeds:
     the same keys, dtypes, shapes, dim names and values (actions drawn from the same stream,
     final observations at episode ends, roots reset in the same step, episode statistics);
-    ``crossing``: through the branches a policy or batches on a GPU take."""
+    ``crossing``: through the branches a policy or batches on a GPU take. Compact batches
+    (``accelrl.batches``): the same without ``("next", obs)``, and the next observations at the
+    ends equal to TorchRL's ``("next", obs)`` there."""
     from torchrl.collectors import Collector
 
+    from accelrl.batches import NEXT_OBS_AT_ENDS, is_compact, next_obs_at_ends
     from accelrl.collectors import LeanCollector
+    from accelrl.envs import describe_env
 
     if crossing and game not in ("Null/CartPole", "Null/Atari"):
         pytest.skip("the branches are the same on every simulator")
     expected, _ = first_batches(Collector, game, kind, rows=4, steps=steps, count=3, **env)
     found, lean = first_batches(
-        LeanCollector, game, kind, rows=4, steps=steps, count=3, crossing=crossing, **env
-    )
+        LeanCollector, game, kind, rows=4, steps=steps, count=3, crossing=crossing,
+        compact_obs=compact_obs, **env,
+    )  # fmt: skip
     assert lean, "the lean rollout must run here, or this test compares TorchRL with itself"
     ends = expected[1]["next", "done"] | expected[1]["next", "life_lost"]
     assert ends.any(), "the batches must hold episode ends (Breakout: lost lives)"
+    obs_key = describe_env(EnvConfig(game=game))["obs_key"]
     for want, got in zip(expected, found, strict=True):
+        assert is_compact(got) == compact_obs
+        if compact_obs:
+            at_ends = next_obs_at_ends(want, obs_key)
+            assert got.get(NEXT_OBS_AT_ENDS).shape == at_ends.shape
+            assert torch.equal(got.get(NEXT_OBS_AT_ENDS), at_ends)
+            want = want.exclude(("next", obs_key))
+            got = got.exclude(NEXT_OBS_AT_ENDS)
         assert set(got.keys(True, True)) == set(want.keys(True, True))
         assert got.names == want.names and got["next"].names == want["next"].names
         for key in want.keys(True, True):
@@ -449,17 +466,19 @@ def test_lean_collector_on_a_gpu_equals_torchrls(kind, steps):
             assert torch.equal(a, b), key
 
 
-@pytest.mark.parametrize("path", ["network", "tensordict-module"])
+@pytest.mark.parametrize("path", ["network", "tensordict-module", "compact"])
 def test_lean_collector_keeps_batches_that_are_held_and_reuses_dropped_ones(path):
     """A batch, a tensor of it or a view of it that the caller keeps is never written into by
     later batches; a batch nobody holds gives its memory to the batch after next. Both ways a
     policy acts: its network directly, and a TensorDict module (whose inputs each step then
-    hold the env's observation instead of views of the batch's memory)."""
+    hold the env's observation instead of views of the batch's memory), and compact batches,
+    whose next observations at the ends are held too."""
+    from accelrl.batches import NEXT_OBS_AT_ENDS
     from accelrl.collectors import LeanCollector
     from accelrl.envs import describe_env, make_env
 
     env = make_env(EnvConfig(game="Null/CartPole", num_envs=4), seed=0)
-    if path == "network":
+    if path in ("network", "compact"):
         policy = acting_policies("Null/CartPole", "ppo")
     else:
         torch.manual_seed(0)
@@ -467,22 +486,27 @@ def test_lean_collector_keeps_batches_that_are_held_and_reuses_dropped_ones(path
     # 7 steps a batch: the zero-cost simulators' observations repeat every 4 steps, so a
     # batch written over a held one changes its observations.
     collector = LeanCollector(
-        env, policy, frames_per_batch=4 * 7, total_frames=-1, track_traj_ids=False
-    )
+        env, policy, frames_per_batch=4 * 7, total_frames=-1, track_traj_ids=False,
+        compact_obs=path == "compact",
+    )  # fmt: skip
     try:
         batches = iter(collector)
         next(batches)  # TorchRL's own first batch
         assert collector.lean
-        assert collector._direct == (path == "network")
+        assert collector._direct == (path != "tensordict-module")
         kept = next(batches)
         kept_copy = kept.clone()
         tensor = next(batches).get(("next", "episode_return"))
         tensor_copy = tensor.clone()
         view = next(batches)["observation"][1:3]
         view_copy = view.clone()
+        # Alone, as the only tensor held of its batch (compact batches).
+        at_ends = next(batches).get(NEXT_OBS_AT_ENDS) if path == "compact" else view
+        at_ends_copy = at_ends.clone()
         for _ in range(4):
             next(batches)
             assert torch.equal(view, view_copy), "a held view of the observations was written"
+            assert torch.equal(at_ends, at_ends_copy), "held next observations were written"
         assert (kept == kept_copy).all()
         assert torch.equal(tensor, tensor_copy) and torch.equal(view, view_copy)
         first = next(batches)["action"].data_ptr()

@@ -140,9 +140,14 @@ def make_replay(stream: FakeStream, capacity: int, n: int, life_loss: bool, **kw
     )
 
 
-def feed(buf: FrameReplay, stream: FakeStream, cuts: list[int]) -> None:
+def feed(buf: FrameReplay, stream: FakeStream, cuts: list[int], compact_obs=False) -> None:
+    """The stream's batches cut at ``cuts``; ``compact_obs``: in the compact layout
+    (``accelrl.batches``: no ``("next", obs)``, the next observations at the ends aside)."""
+    from accelrl.batches import compact
+
     for t0, t1 in zip([0, *cuts], [*cuts, stream.steps], strict=True):
-        buf.extend(stream.batch(t0, t1))
+        batch = stream.batch(t0, t1)
+        buf.extend(compact(batch, "pixels") if compact_obs else batch)
 
 
 def check_samples(buf: FrameReplay, stream: FakeStream, n: int, life_loss: bool) -> set:
@@ -172,10 +177,11 @@ def check_samples(buf: FrameReplay, stream: FakeStream, n: int, life_loss: bool)
 @pytest.mark.parametrize("stack", [1, 4])
 @pytest.mark.parametrize("n", [1, 3])
 @pytest.mark.parametrize("life_loss", [False, True])
-def test_nstep_against_reference(stack: int, n: int, life_loss: bool) -> None:
+@pytest.mark.parametrize("compact_obs", [False, True], ids=["", "compact"])
+def test_nstep_against_reference(stack: int, n: int, life_loss: bool, compact_obs: bool) -> None:
     stream = FakeStream(num_envs=3, steps=60, stack=stack, seed=stack * 10 + n + life_loss)
     buf = make_replay(stream, capacity=3 * 200, n=n, life_loss=life_loss)
-    feed(buf, stream, [7, 12, 25, 26, 40])
+    feed(buf, stream, [7, 12, 25, 26, 40], compact_obs)
     expected = {
         (e, t) for e in range(3) for t in range(stream.steps) if stream.ready(e, t, n, stream.steps)
     }
@@ -185,11 +191,12 @@ def test_nstep_against_reference(stack: int, n: int, life_loss: bool) -> None:
 
 @pytest.mark.parametrize("stack", [1, 4])
 @pytest.mark.parametrize("n", [1, 3])
-def test_wraparound_keeps_exact_window(stack: int, n: int) -> None:
+@pytest.mark.parametrize("compact_obs", [False, True], ids=["", "compact"])
+def test_wraparound_keeps_exact_window(stack: int, n: int, compact_obs: bool) -> None:
     stream = FakeStream(num_envs=3, steps=150, stack=stack, seed=7 + n)
     ring = 40
     buf = make_replay(stream, capacity=3 * ring, n=n, life_loss=True)
-    feed(buf, stream, list(range(6, 150, 6)))
+    feed(buf, stream, list(range(6, 150, 6)), compact_obs)
     expected = set()
     for e in range(3):
         written = stream.entry(e, stream.steps)  # entries appended in all

@@ -13,6 +13,7 @@ from torchrl.modules import ActorValueOperator, set_recurrent_mode
 from torchrl.objectives.value import GAE
 
 from accelrl import distributed, optim
+from accelrl.batches import NEXT_OBS_AT_ENDS, ends, is_compact, next_obs_at_ends
 from accelrl.distributed import average_gradients
 from accelrl.errors import RunFailure
 from accelrl.models import GreedyActorCritic, acting_policy, recurrent_core
@@ -51,10 +52,14 @@ def fill_values(batch: TensorDictBase, critic: TensorDictModuleBase) -> None:
         batch.set("state_value", critic(batch.exclude("next").copy()).get("state_value"))
     values = batch.get("state_value")
     nxt = batch.get("next")
-    need = nxt.get("done").squeeze(-1).clone()
-    need[..., -1] = True
+    need = ends(nxt.get("done").squeeze(-1))
     next_values = torch.roll(values, shifts=-1, dims=batch.ndim - 1).clone()
     subset = nxt[need]
+    if is_compact(batch):  # the observations at ``need`` are on the side (``accelrl.batches``)
+        missing = [k for k in critic.in_keys if k not in subset.keys(True)]
+        if len(missing) != 1:
+            raise ValueError(f"a compact batch lacks one observation key, not {missing}")
+        subset.set(missing[0], next_obs_at_ends(batch, missing[0], need))
     next_values[need] = critic(subset.exclude("state_value").copy()).get("state_value")
     nxt.set("state_value", next_values)
 
@@ -85,10 +90,10 @@ def advantages(
             fill_values(batch, critic)
         estimator(batch)
     if sequences:
-        dropped = ["hidden", "features", "logits"]
+        dropped = ["hidden", "features", "logits", NEXT_OBS_AT_ENDS]
         batch = batch.exclude(*dropped, *(("next", key) for key in dropped))
         return batch.reshape(-1, batch.shape[-1])
-    return batch.exclude("hidden", ("next", "hidden")).reshape(-1)
+    return batch.exclude("hidden", ("next", "hidden"), NEXT_OBS_AT_ENDS).reshape(-1)
 
 
 def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:

@@ -23,6 +23,7 @@ from torchrl.objectives.value.functional import td_lambda_return_estimate
 
 from accelrl.algos.common import NonFiniteGuard, gradient_step, mark_boundaries, set_lr
 from accelrl.algos.dqn import GreedyQValueActor
+from accelrl.batches import ends, next_obs_at_ends
 from accelrl.errors import ConfigError, check_positive, check_probability
 from accelrl.models import DirectTensorDictModule, GreedyQ, QNetwork
 from accelrl.precision import FP32_PLAN, Plan
@@ -189,9 +190,9 @@ class PQN:
         with self.precision.autocast():
             value = self.q_network(batch.get(self.obs_key)).max(-1).values
             next_value = torch.roll(value, shifts=-1, dims=-1).clone()
-            need = nxt.get("done").squeeze(-1).clone()
-            need[..., -1] = True
-            next_value[need] = self.q_network(nxt.get(self.obs_key)[need]).max(-1).values
+            need = ends(nxt.get("done").squeeze(-1))
+            next_obs = next_obs_at_ends(batch, self.obs_key, need)  # either layout
+            next_value[need] = self.q_network(next_obs).max(-1).values
         return q_lambda_targets(
             next_value.unsqueeze(-1),
             nxt.get("reward"),

@@ -239,6 +239,7 @@ def _torchrl(
                 # TorchRL's multi-process collectors have no such switch.
                 track_traj_ids=False,
                 acting_graph=graphs if own_graph else "off",
+                compact_obs=collector_cfg.compact_obs,
                 **options,
             )
         factories = [

@@ -20,10 +20,11 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDictBase, UnbatchedTensor
 from torchrl.collectors import Collector
 from torchrl.envs.utils import set_exploration_type
 
+from accelrl.batches import NEXT_OBS_AT_ENDS, compact
 from accelrl.collectors.graphs import choose
 from accelrl.compat import (
     collector_carrier,
@@ -50,6 +51,7 @@ class _BatchMemory:
         root_keys: list[str],
         next_keys: list[str],
         output_keys: list[str],
+        ends_like: torch.Tensor | None = None,
     ) -> None:
         rows, steps = like.batch_size
         # In host memory, whatever device ``like`` is on: the env writes through numpy views.
@@ -75,9 +77,19 @@ class _BatchMemory:
             for t in step
         ]
         self._held: weakref.ref | None = None  # the last batch made of this memory
+        # Compact batches (``accelrl.batches``): room for the next observations at the ends,
+        # at most one a step; a batch holds its first ``ends_count`` as ``NEXT_OBS_AT_ENDS``.
+        self.ends: torch.Tensor | None = None
+        self.ends_count = 0
+        held = list(self.leaves.values())
+        if ends_like is not None:
+            shape = (rows * steps, *ends_like.shape[2:])  # like: the root obs [rows, T, ...]
+            self.ends = torch.empty(shape, dtype=ends_like.dtype, device=self.device)
+            held.append(self.ends)
         # Each leaf's storage, looked up once (a lookup per check costs more than the count;
         # holding it adds one use to every count, the baseline included).
-        self._storages = [(t, storage_handle(t)) for t in self.leaves.values()]
+        self._storages = [(t, storage_handle(t)) for t in held]
+        del held  # its references would count in the baseline below
         self._baseline = self._holders()
         self.inputs_replaced = False  # the generic path's inputs hold other tensors now
 
@@ -110,6 +122,8 @@ class _BatchMemory:
         nxt = {path[1]: t for path, t in self.leaves.items() if len(path) == 2}
         # Named as TorchRL names its batches' dims (a list each: a rename stays in its own).
         root["next"] = new_tensordict_unchecked(nxt, self.size, self.device, [None, "time"])
+        if self.ends is not None:
+            root[NEXT_OBS_AT_ENDS] = UnbatchedTensor(self.ends[: self.ends_count])
         batch = new_tensordict_unchecked(root, self.size, self.device, [None, "time"])
         self._held = weakref.ref(batch)
         return batch
@@ -136,8 +150,13 @@ class LeanCollector(Collector):
     batch k-1 while batch k+1 is collected), else over new memory.
     """
 
-    def __init__(self, *args, acting_graph: str = "off", **kwargs) -> None:
+    def __init__(
+        self, *args, acting_graph: str = "off", compact_obs: bool = False, **kwargs
+    ) -> None:
+        # TorchRL's own rollout (the first batch, and every batch where the lean one cannot
+        # run) writes the full layout; the lean rollout writes compact batches itself.
         super().__init__(*args, **kwargs)
+        self.compact_obs = compact_obs
         self._batch_memory: list[_BatchMemory] = []
         self._direct, self._lean_outputs = False, None  # how the policy acts: ``_plan`` decides
         # --compile.cudagraphs for the direct path on a GPU (``accelrl.collectors.graphs``):
@@ -203,6 +222,8 @@ class LeanCollector(Collector):
         self.lean = self._plan(first, collector_carrier(self))
         if not self.lean:
             self.why_torchrl = "its first batch holds keys besides the env's and the policy's"
+        elif self.compact_obs:  # every batch in one layout: the first one too
+            first = compact(first, self.env.obs_key)
         if self.acting_graph == "on" and not (self.lean and self._direct and self._policy_on):
             raise RuntimeError(
                 "--compile.cudagraphs on: the lean rollout captures a policy that runs its "
@@ -245,6 +266,8 @@ class LeanCollector(Collector):
         self._lean_outputs = lean_outputs if reads_obs and same_outputs else None
         if self._direct or self._lean_outputs is not None:
             output_keys = list(policy.out_keys)  # in the order the network returns them
+        if self.compact_obs:
+            batch = batch.exclude(("next", env.obs_key))
         self._like, self._root_keys, self._output_keys = batch, root_keys, output_keys
         self._carry = {k: root.get(k).cpu().numpy().copy() for k in root_keys}
         return True
@@ -265,12 +288,34 @@ class LeanCollector(Collector):
         for memory in self._batch_memory:
             if memory.free():
                 return memory
-        memory = _BatchMemory(
-            self._like, self._root_keys, list(self.env.step_keys), self._output_keys
-        )
+        env = self.env
+        compact_obs = self.compact_obs
+        next_keys = [k for k in env.step_keys if not (compact_obs and k == env.obs_key)]
+        ends_like = self._like.get(env.obs_key) if compact_obs else None
+        memory = _BatchMemory(self._like, self._root_keys, next_keys, self._output_keys, ends_like)
         # Keep the two newest sets: one a caller keeps stays the caller's alone.
         self._batch_memory = [*self._batch_memory[-1:], memory]
         return memory
+
+    @staticmethod
+    def _write_ends(
+        memory: _BatchMemory, finals: list[tuple[np.ndarray, np.ndarray]], last: np.ndarray
+    ) -> None:
+        """A compact batch's ``NEXT_OBS_AT_ENDS`` (``accelrl.batches``): the next observation
+        at every step where an episode ended (``finals[t]``: the ended rows and their final
+        observations) and at each row's last step (``last``, the next root's, where none
+        ended), in row-major order."""
+        done = memory.next["done"][..., 0]
+        need = done.copy()
+        need[:, -1] = True
+        position = (np.cumsum(need.reshape(-1)) - 1).reshape(need.shape)
+        out = memory.ends.numpy()
+        for t, (rows, final) in enumerate(finals):
+            if rows.size:
+                out[position[rows, t]] = final
+        open_rows = ~done[:, -1]
+        out[position[open_rows, -1]] = last[open_rows]
+        memory.ends_count = int(position[-1, -1]) + 1
 
     @torch.no_grad()
     def _lean_rollout(self) -> TensorDictBase:
@@ -290,6 +335,9 @@ class LeanCollector(Collector):
         # batches); the TensorDict path's are copied at once.
         stacked: list[list[torch.Tensor]] = [[] for _ in keys]
         stacked_steps = 0
+        # Compact batches: each step's ended rows and their final observations (step_into
+        # gives them instead of writing ``("next", obs)``).
+        finals: list[tuple[np.ndarray, np.ndarray]] | None = [] if self.compact_obs else None
         with set_exploration_type(self.exploration_type):
             for t in range(steps):
                 acted = None
@@ -319,13 +367,15 @@ class LeanCollector(Collector):
                 into = carry[obs_key] if last else root_obs[:, t + 1]
                 # The policy's own (contiguous) action tensor, not the batch's strided view.
                 action = action if policy_on is None else action.cpu()
-                obs = torch.from_numpy(env.step_into(action, memory.next_at[t], into))
+                obs = torch.from_numpy(env.step_into(action, memory.next_at[t], into, finals))
         for key, values in zip(keys, stacked, strict=True):
             if stacked_steps == steps and policy_on is None:
                 torch.stack(values, dim=1, out=memory.leaves[(key,)])
             elif stacked_steps:
                 memory.leaves[(key,)][:, :stacked_steps].copy_(torch.stack(values, dim=1))
         env.complete_rollout(memory.next, memory.root, carry)
+        if finals is not None:
+            self._write_ends(memory, finals, carry[obs_key])
         batch = memory.batch()
         # Batches stored on a GPU: one copy of the whole batch (the caller's from then on, so
         # the host memory is free again at once).

@@ -28,6 +28,8 @@ from torchrl.envs import EnvBase
 
 from accelrl.compat import new_tensordict_unchecked, set_unchecked
 
+_NO_ROWS = np.zeros(0, dtype=np.int64)  # ``step_into``'s finals when no episode ended
+
 
 class SameStepVectorEnv(EnvBase):
     """Base class: subclasses provide ``_raw_reset`` and ``_raw_step`` over numpy arrays."""
@@ -267,7 +269,11 @@ class SameStepVectorEnv(EnvBase):
         return self._pack(nxt), self._pack(root)
 
     def step_into(
-        self, action: torch.Tensor, nxt: dict[str, np.ndarray], root_obs: np.ndarray
+        self,
+        action: torch.Tensor,
+        nxt: dict[str, np.ndarray],
+        root_obs: np.ndarray,
+        finals: list[tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> np.ndarray:
         """One batched step written into a batch the caller owns, without a TensorDict: ``nxt``
         (arrays ``[rows, ...]``, flags and statistics ``[rows, 1]``) takes the transition's
@@ -275,8 +281,11 @@ class SameStepVectorEnv(EnvBase):
         lives) and ``episode_return`` as ``_advance`` returns them, ``root_obs`` the root's
         observation; ``complete_rollout`` writes the other keys once per batch (among them
         ``episode_length``, which follows from the batch's episode ends). Synchronous envs only
-        (every simulator, in row order). Returns the simulators' observation array (the
-        root's, for the policy's next forward pass), valid until the next step.
+        (every simulator, in row order). Without the observation's key in ``nxt`` (a compact
+        batch, ``accelrl.batches``) the transition's observation is not written; ``finals``
+        then takes the step's ended rows and their final observations (an empty pair when none
+        ended). Returns the simulators' observation array (the root's, for the policy's next
+        forward pass), valid until the next step.
         ``accelrl.collectors.LeanCollector`` writes its batches this way."""
         # ``_account``'s bookkeeping, written into the batch as it goes (every simulator, in
         # order: ``LeanCollector`` steps only synchronous envs); ``env_id``, the episode
@@ -295,13 +304,20 @@ class SameStepVectorEnv(EnvBase):
         self._stepped["env_ids"], self._stepped["lives"] = env_ids, lives is not None
         if lives is not None:
             np.copyto(nxt["life_lost"][:, 0], self._life_lost(slice(None), lives, ended))
-        key = self.obs_key
-        np.copyto(nxt[key], obs)
+        next_obs = nxt.get(self.obs_key)
+        if next_obs is not None:
+            np.copyto(next_obs, obs)
         np.copyto(root_obs, obs)
         if ended.any():
-            nxt[key][ended] = self._final_rows(obs, ended, info)
+            final = self._final_rows(obs, ended, info)  # a new array: finals may keep it
+            if next_obs is not None:
+                next_obs[ended] = final
+            if finals is not None:
+                finals.append((np.flatnonzero(ended), final))
             self._ep_return[:] = np.where(ended, 0.0, ep_return)
         else:
+            if finals is not None:
+                finals.append((_NO_ROWS, obs[:0]))
             np.copyto(self._ep_return, ep_return)
         if self._root is not None:  # (an assignment on a TorchRL env costs microseconds)
             self._root = None  # the caller holds the root; a masked reset resets everything

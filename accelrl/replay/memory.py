@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from accelrl.batches import ends, is_compact, next_obs_at_ends
 from accelrl.compat import new_tensordict_unchecked
 from accelrl.replay.sampler import ReplayMass
 from accelrl.replay.storage import FrameStorage
@@ -148,7 +149,7 @@ class FrameReplay:
             if not (env_id == env_id[:, :1]).all():
                 raise ValueError("each batch row must be one simulator (ale-py async mode is not)")
         nxt = batch.get("next")
-        obs, next_obs = batch.get(self.obs_key), nxt.get(self.obs_key)
+        obs = batch.get(self.obs_key)
         if tuple(obs.shape[2:]) != self.obs_shape:
             raise ValueError(
                 f"{self.obs_key} has shape {tuple(obs.shape[2:])}, not {self.obs_shape}"
@@ -159,10 +160,17 @@ class FrameReplay:
             life_lost = nxt.get("life_lost").reshape(num_envs, steps)
         else:
             life_lost = torch.zeros_like(done)
+        # The episodes' final observations, row-major (a compact batch keeps them on the side:
+        # ``accelrl.batches``).
+        if is_compact(batch):
+            at_ends = next_obs_at_ends(batch, self.obs_key)
+            final_obs = at_ends[done[ends(done)]]
+        else:
+            final_obs = nxt.get(self.obs_key).reshape(num_envs, steps, *self.obs_shape)[done]
         frames = self._frames
         before = frames.written
         entry = frames.append(
-            obs, next_obs, batch.get("action"), nxt.get("reward"), done, terminated, life_lost
+            obs, final_obs, batch.get("action"), nxt.get("reward"), done, terminated, life_lost
         )
         self._mass.invalidate(frames.bound(before), frames.bound(frames.written))
         self._mass.mark_ready(entry, done.numpy())

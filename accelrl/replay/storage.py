@@ -143,16 +143,17 @@ class FrameStorage:
     def append(
         self,
         obs: torch.Tensor,
-        next_obs: torch.Tensor,
+        final_obs: torch.Tensor,
         action: torch.Tensor,
         reward: torch.Tensor,
         done: torch.Tensor,
         terminated: torch.Tensor,
         life_lost: torch.Tensor,
     ) -> np.ndarray:
-        """Store a batch (``obs``, ``next_obs``, ``action`` ``[E, T, ...]``, ``reward`` as the
-        batch holds it, the flags ``[E, T]``, CPU tensors); returns the entry counters of its
-        steps ``[E, T]``. ``written`` then counts the batch's entries."""
+        """Store a batch (``obs``, ``action`` ``[E, T, ...]``, ``reward`` as the batch holds
+        it, the flags ``[E, T]``, CPU tensors; ``final_obs`` the final observations of the
+        episodes that ended in it, ``[ended steps, ...]`` in row-major order); returns the
+        entry counters of its steps ``[E, T]``. ``written`` then counts the batch's entries."""
         if self.entries is None:
             self.create(self.layout(obs, action))
         # In NumPy over the storage's memory: the index arithmetic and the column writes are a
@@ -195,8 +196,8 @@ class FrameStorage:
         if done.any():
             env, at = np.nonzero(done)
             final = env * self.ring + (entry[env, at] + 1) % self.ring
-            next_np = next_obs.numpy()
-            final_frames = next_np[env, at, -1] if stack > 1 else next_np[env, at]
+            final_np = final_obs.numpy()  # [ended steps, ...], in np.nonzero(done)'s order
+            final_frames = final_np[:, -1] if stack > 1 else final_np
             rows[final] = self._rows_of(final_frames, final.size)
             cols["epos"][final] = np.minimum(epos[env, at] + 1, cap)
         if prefix:

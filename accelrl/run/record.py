@@ -57,6 +57,7 @@ RESUME_CHANGES: dict[str, str] = {
     "collector.env_device": ACCEPTED,
     "collector.policy_device": ACCEPTED,
     "collector.storing_device": ACCEPTED,
+    "collector.compact_obs": ACCEPTED,  # the batches' layout; the same learning from either
     "threads.torch_threads": ACCEPTED,
     "threads.sim_threads": ACCEPTED,
     **{f"log.{name}": ACCEPTED for name in _LOG.split()},
