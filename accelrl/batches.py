@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase, UnbatchedTensor
 
+from accelrl.compat import unbatched_payload
+
 NEXT_OBS_AT_ENDS = "next_obs_at_ends"
 """A compact batch's key for the next observations at ``ends(done)``, in row-major order."""
 
@@ -42,14 +44,17 @@ def next_obs_at_ends(
     """The next observations at ``mask`` (default ``ends`` of ``("next", "done")``, batch
     shaped) in row-major order, from a compact batch's ``NEXT_OBS_AT_ENDS`` or a full batch's
     ``("next", obs_key)``; a compact batch answers only for its own ``ends`` mask."""
-    done = batch.get(("next", "done")).squeeze(-1)
+    if is_compact(batch):
+        if mask is not None and not torch.equal(mask, _ends_of(batch)):
+            raise ValueError("a compact batch holds the next observations at its ends only")
+        return unbatched_payload(batch.get(NEXT_OBS_AT_ENDS))
     if mask is None:
-        mask = ends(done)
-    if not is_compact(batch):
-        return batch.get(("next", obs_key))[mask]
-    if not torch.equal(mask, ends(done)):
-        raise ValueError("a compact batch holds the next observations at its ends only")
-    return batch.get(NEXT_OBS_AT_ENDS).data
+        mask = _ends_of(batch)
+    return batch.get(("next", obs_key))[mask]
+
+
+def _ends_of(batch: TensorDictBase) -> torch.Tensor:
+    return ends(batch.get(("next", "done")).squeeze(-1))
 
 
 def compact(batch: TensorDictBase, obs_key: str) -> TensorDictBase:

@@ -222,3 +222,12 @@ def handle_use_count(handle: Any) -> int:
     """``storage_use_count`` of the tensor whose ``storage_handle`` is ``handle`` (the count
     includes the handle itself), without looking the storage up again."""
     return torch._C._storage_Use_Count(handle._cdata)
+
+
+def unbatched_payload(value: torch.Tensor) -> torch.Tensor:
+    """The plain tensor an ``UnbatchedTensor`` wraps (``value`` itself for a plain tensor).
+    Private ``UnbatchedTensor._base_tensor`` (checked against tensordict 0.14.3): the public
+    ``.data`` goes through the subclass's dispatch, 12 us against 0.1 us, on every compact
+    batch's read of its side observations (``accelrl.batches.next_obs_at_ends``)."""
+    base = getattr(value, "_base_tensor", None)
+    return value if base is None else base()

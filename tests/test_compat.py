@@ -370,3 +370,18 @@ def test_a_storage_handle_counts_the_views_taken_after_it():
     assert compat.handle_use_count(handle) == alone + 1
     del view
     assert compat.handle_use_count(handle) == alone
+
+
+def test_unbatched_payload_is_the_wrapped_tensor():
+    from tensordict import UnbatchedTensor
+
+    user = "accelrl.batches.next_obs_at_ends (accelrl.compat.unbatched_payload)"
+    private(UnbatchedTensor, "_base_tensor", user=user)
+    data = torch.arange(12.0).reshape(3, 4)
+    td = TensorDict({"x": torch.zeros(2)}, [2])
+    td.set("side", UnbatchedTensor(data))
+    payload = compat.unbatched_payload(td.get("side"))
+    assert type(payload) is torch.Tensor, user
+    assert payload.data_ptr() == data.data_ptr() and torch.equal(payload, data), user
+    plain = torch.ones(2)
+    assert compat.unbatched_payload(plain) is plain

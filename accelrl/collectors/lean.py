@@ -314,7 +314,10 @@ class LeanCollector(Collector):
             if rows.size:
                 out[position[rows, t]] = final
         open_rows = ~done[:, -1]
-        out[position[open_rows, -1]] = last[open_rows]
+        if open_rows.all():  # the usual case: one copy of ``last``, not a gather and a copy
+            out[position[:, -1]] = last
+        else:
+            out[position[open_rows, -1]] = last[open_rows]
         memory.ends_count = int(position[-1, -1]) + 1
 
     @torch.no_grad()
