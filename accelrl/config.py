@@ -116,11 +116,13 @@ class CollectorConfig:
     """Where each worker runs inference; auto: cuda when available and the learner is on cuda."""
     storing_device: str = "auto"
     """Where batches are assembled; auto: the learner's device."""
-    compact_obs: bool = True
+    compact_obs: Literal["auto", "on", "off"] = "auto"
     """In-process collection writes each observation once: batches without ``("next", obs)``
     (TorchRL's ``compact_obs`` layout; the next root holds it) and with the next observations
     the learners read, where an episode ended and at each row's last step, on the side
-    (``accelrl.batches``). Off: TorchRL's full layout, every observation twice. Worker
+    (``accelrl.batches``). off: TorchRL's full layout, every observation twice. auto: compact
+    where a batch's observations take at least 512 KiB (every Atari batch; not classic
+    control's, whose second copy costs less than the side observations' bookkeeping). Worker
     processes always give the full layout."""
 
 

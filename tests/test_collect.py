@@ -378,7 +378,7 @@ def first_batches(
         torch.cuda.manual_seed_all(seed)
     env = make_env(EnvConfig(game=game, num_envs=rows, **env), seed=seed)
     if compact_obs:
-        devices["compact_obs"] = True
+        devices["compact_obs"] = compact_obs
     collector = cls(
         env, policy, frames_per_batch=rows * steps, total_frames=-1, track_traj_ids=False,
         **devices,
@@ -464,6 +464,44 @@ def test_lean_collector_on_a_gpu_equals_torchrls(kind, steps):
             a, b = want.get(key), got.get(key)
             assert a.dtype == b.dtype and a.shape == b.shape and a.device == b.device, key
             assert torch.equal(a, b), key
+
+
+@pytest.mark.parametrize(
+    "game,rows,compact",
+    [("Null/CartPole", 4, False), ("Null/Atari", 2, False), ("Null/Atari", 4, True)],
+)
+def test_compact_obs_auto_follows_a_batchs_observation_bytes(game, rows, compact):
+    """``compact_obs="auto"``: compact batches from 512 KiB of observations a batch (Atari
+    stacks of 27.6 KiB: 14 in 386 KiB stay full, 28 in 772 KiB go compact), every batch in the
+    layout chosen, and the log line says which."""
+    from accelrl.batches import is_compact
+    from accelrl.collectors import LeanCollector
+    from accelrl.envs import make_env
+
+    env = make_env(EnvConfig(game=game, num_envs=rows), seed=0)
+    collector = LeanCollector(
+        env, acting_policies(game, "ppo"), frames_per_batch=rows * 7, total_frames=-1,
+        track_traj_ids=False, compact_obs="auto",
+    )  # fmt: skip
+    try:
+        batches = iter(collector)
+        got = [next(batches) for _ in range(3)]
+        assert collector.lean and collector.compact_obs is compact
+        assert [is_compact(b) for b in got] == [compact] * 3
+        layout = "compact batches" if compact else "TorchRL's full batches"
+        assert layout in collector.rollout_line()
+    finally:
+        collector.shutdown()
+
+
+def test_lean_collector_rejects_an_unknown_compact_obs():
+    from accelrl.collectors import LeanCollector
+    from accelrl.envs import make_env
+
+    env = make_env(EnvConfig(game="Null/CartPole", num_envs=2), seed=0)
+    with pytest.raises(ValueError, match="compact_obs='yes'"):
+        LeanCollector(env, acting_policies("Null/CartPole", "ppo"), frames_per_batch=4,
+                      total_frames=-1, compact_obs="yes")  # fmt: skip
 
 
 @pytest.mark.parametrize("path", ["network", "tensordict-module", "compact"])
@@ -554,7 +592,7 @@ def test_lean_collector_leaves_what_it_cannot_write_to_torchrl(caplog):
     with caplog.at_level("INFO", logger="accelrl"):
         next(iter(lean))
     line = "collection: the lean rollout (policy on cpu, batches on cpu; the policy runs its"
-    assert f"{line} network directly)" in caplog.text
+    assert f"{line} network directly; TorchRL's full batches)" in caplog.text
     lean.shutdown()
 
 
