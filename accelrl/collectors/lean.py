@@ -332,14 +332,12 @@ class LeanCollector(Collector):
         need[:, -1] = True
         position = (np.cumsum(need.reshape(-1)) - 1).reshape(need.shape)
         out = memory.ends.numpy()
+        # Every row's last slot first (one copy of ``last``, not a gather of the open rows and
+        # a copy), then the finals, which overwrite the rows that ended at the last step.
+        out[position[:, -1]] = last
         for t, (rows, final) in enumerate(finals):
             if rows.size:
                 out[position[rows, t]] = final
-        open_rows = ~done[:, -1]
-        if open_rows.all():  # the usual case: one copy of ``last``, not a gather and a copy
-            out[position[:, -1]] = last
-        else:
-            out[position[open_rows, -1]] = last[open_rows]
         memory.ends_count = int(position[-1, -1]) + 1
 
     @torch.no_grad()
