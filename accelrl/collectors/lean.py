@@ -386,11 +386,15 @@ class LeanCollector(Collector):
                     for key, value in zip(keys, acted, strict=True):
                         memory.outputs[t][key].copy_(full(value))
                     action = acted[action_at]
-                last = t + 1 == steps
-                into = carry[obs_key] if last else root_obs[:, t + 1]
+                # The last step's observation stays in the simulators' array (valid until they
+                # step again): the next batch's first root and a compact batch's last
+                # observations are copied from there, with no copy of their own in between.
+                into = None if t + 1 == steps else root_obs[:, t + 1]
                 # The policy's own (contiguous) action tensor, not the batch's strided view.
                 action = action if policy_on is None else action.cpu()
-                obs = torch.from_numpy(env.step_into(action, memory.next_at[t], into, finals))
+                obs_np = env.step_into(action, memory.next_at[t], into, finals)
+                obs = torch.from_numpy(obs_np)
+        carry[obs_key] = obs_np
         for key, values in zip(keys, stacked, strict=True):
             if stacked_steps == steps and policy_on is None:
                 torch.stack(values, dim=1, out=memory.leaves[(key,)])

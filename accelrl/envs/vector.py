@@ -272,14 +272,15 @@ class SameStepVectorEnv(EnvBase):
         self,
         action: torch.Tensor,
         nxt: dict[str, np.ndarray],
-        root_obs: np.ndarray,
+        root_obs: np.ndarray | None,
         finals: list[tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> np.ndarray:
         """One batched step written into a batch the caller owns, without a TensorDict: ``nxt``
         (arrays ``[rows, ...]``, flags and statistics ``[rows, 1]``) takes the transition's
         observation, ``score``, ``terminated``, ``truncated``, ``life_lost`` (simulators with
         lives) and ``episode_return`` as ``_advance`` returns them, ``root_obs`` the root's
-        observation; ``complete_rollout`` writes the other keys once per batch (among them
+        observation (None: not written; the caller keeps the returned array until it steps
+        again); ``complete_rollout`` writes the other keys once per batch (among them
         ``episode_length``, which follows from the batch's episode ends). Synchronous envs only
         (every simulator, in row order). Without the observation's key in ``nxt`` (a compact
         batch, ``accelrl.batches``) the transition's observation is not written; ``finals``
@@ -307,7 +308,8 @@ class SameStepVectorEnv(EnvBase):
         next_obs = nxt.get(self.obs_key)
         if next_obs is not None:
             np.copyto(next_obs, obs)
-        np.copyto(root_obs, obs)
+        if root_obs is not None:
+            np.copyto(root_obs, obs)
         if ended.any():
             final = self._final_rows(obs, ended, info)  # a new array: finals may keep it
             if next_obs is not None:
