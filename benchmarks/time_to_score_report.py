@@ -36,6 +36,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
+from accelrl.tools.report import AGGREGATES, bootstrap_interval
+
 RECIPE = "accelrl"
 SHORT = {"sb3": "Stable-Baselines3", "cleanrl": "CleanRL", "sf": "Sample Factory"}
 ORDER = [RECIPE, *SHORT.values()]  # the order of the speed table
@@ -143,9 +145,9 @@ def table(runs: Sequence[Run], game: str, target: float, window: int) -> str:
         means[key] = float(np.mean([r.result["wall_s_from_launch"] for r in mine])) if ok else None
     lines += [
         "",
-        "| library | host | runs | mean minutes from launch | each run's minutes "
-        "| mean frames at target | library / accelrl on that host |",
-        "|---|---|---|---|---|---|---|",
+        "| library | host | runs | mean minutes from launch | 95% interval of the mean "
+        "| each run's minutes | mean frames at target | library / accelrl on that host |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for (library, host), mean in means.items():
         mine = groups[library, host]
@@ -163,10 +165,21 @@ def table(runs: Sequence[Run], game: str, target: float, window: int) -> str:
         else:
             ratio = f"{mean / base:.2f}x"
         shown = "not all reached" if mean is None else fmt_min(mean)
+        seconds = [r.result["wall_s_from_launch"] for r in mine]
+        spread = "-" if mean is None else mean_interval(seconds)
         lines.append(
-            f"| {library} | {labels[host]} | {len(mine)} | {shown} | {each} | {frames} | {ratio} |"
+            f"| {library} | {labels[host]} | {len(mine)} | {shown} | {spread} | {each} | {frames} "
+            f"| {ratio} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def mean_interval(seconds: Sequence[float], reps: int = 10_000) -> str:
+    """The 95% bootstrap percentile interval of the mean of runs' ``seconds``, in minutes
+    (runs resampled with replacement; a fixed generator, so a table is the same each time)."""
+    matrix = np.asarray(seconds, dtype=np.float64)[:, None]
+    _, low, high = bootstrap_interval(matrix, AGGREGATES["mean"], reps, np.random.default_rng(0))
+    return f"{fmt_min(low)}-{fmt_min(high)}"
 
 
 def draw(runs: Sequence[Run], out: Path, game: str, target: float, window: int) -> Path:

@@ -520,15 +520,26 @@ def test_time_to_score_report_tabulates_each_run_and_each_librarys_mean(tmp_path
     assert rows[7].startswith("| Sample Factory | 0 | A | no (time budget, 1440.0 min) | - |")
     # means on host A: accelrl (3 + 5) / 2 = 4 min; SB3 10 min = 2.50x (not against the
     # recipe's runs on B); SF has a run short of the target
-    assert "| accelrl | A | 2 | 4.0 | 3.0, 5.0 | 4,000 | 1.00x |" in text
-    assert "| Stable-Baselines3 | A | 1 | 10.0 | 10.0 | 4,000 | 2.50x |" in text
-    assert "| Sample Factory | A | 2 | not all reached | -, 2.0 | - | - |" in text
+    assert "| accelrl | A | 2 | 4.0 | 3.0-5.0 | 3.0, 5.0 | 4,000 | 1.00x |" in text
+    assert "| Stable-Baselines3 | A | 1 | 10.0 | 10.0-10.0 | 10.0 | 4,000 | 2.50x |" in text
+    assert "| Sample Factory | A | 2 | not all reached | - | -, 2.0 | - | - |" in text
     # host B: CleanRL 3 min against the recipe's 2; host C has no recipe run to set SB3 against
-    assert "| CleanRL | B | 1 | 3.0 | 3.0 | 3,000 | 1.50x |" in text
+    assert "| CleanRL | B | 1 | 3.0 | 3.0-3.0 | 3.0 | 3,000 | 1.50x |" in text
     assert (
-        "| Stable-Baselines3 | C | 1 | 2.0 | 2.0 | 2,000 | - (no accelrl run on this host) |"
-        in text
+        "| Stable-Baselines3 | C | 1 | 2.0 | 2.0-2.0 | 2.0 | 2,000 "
+        "| - (no accelrl run on this host) |" in text
     )
+
+
+def test_time_to_score_report_interval_of_the_mean_is_a_bootstrap_over_runs():
+    from benchmarks.time_to_score_report import mean_interval
+
+    # five runs of 1, 2, 3, 4 and 10 minutes: their mean, 4.0, lies inside; the percentile
+    # interval of resampled means lies strictly within the runs' range (a resampled mean is 1
+    # or 10 only when all five draws are that run: 1 in 3,125 each)
+    low, high = (float(x) for x in mean_interval([60, 120, 180, 240, 600]).split("-"))
+    assert 1.0 < low < 4.0 < high < 10.0
+    assert mean_interval([300.0, 300.0, 300.0]) == "5.0-5.0"
 
 
 def test_time_to_score_report_refuses_runs_of_different_targets(tmp_path, capsys):
